@@ -1,0 +1,259 @@
+"""`spec-sweep` / `python -m spec_sweep.run`: argument parsing, exit codes and dispatch.
+
+This module owns the command line of DESIGN 4.1. It parses arguments, loads the spec at the
+edge, dispatches to one handler per subcommand and turns errors into exit codes: 0 done
+(failed trials are results), 2 invalid spec or usage with nothing launched, 130 interrupted,
+1 anything else. Errors print as one line; `--debug` adds the traceback. Heavy libraries (Ray,
+MLflow) are imported only by the handlers that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from spec_sweep.failures import SpecSweepError
+from spec_sweep.spec import SpecError, SweepSpec, load_spec, parse_value
+
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_out = Console(soft_wrap=True, highlight=False)
+_err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line with exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+
+
+def _add_backend(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--simulate",
+        action="store_true",
+        help="use the simulated node (node.sim_profile) instead of the real server",
+    )
+    p.add_argument(
+        "--replay", metavar="FILE.csv", help="answer trials from a recorded table (implies sim)"
+    )
+    p.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="spec-sweep",
+        description="Find the fastest safe SGLang serving configuration on a GPU node.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run (or resume) a sweep")
+    run.add_argument("sweep", metavar="SWEEP.yaml")
+    _add_backend(run)
+    run.add_argument("--fresh", action="store_true", help="start over; old state is moved aside")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate and print the baseline and first proposals; launch nothing",
+    )
+    run.add_argument("--proposals", type=int, default=5, metavar="N", help="dry run: how many")
+    run.add_argument("--trials", type=int, metavar="N", help="override budget.trials")
+    run.add_argument("--address", metavar="ADDR", help="join an existing Ray cluster")
+    run.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
+    _add_common(run)
+
+    trial = sub.add_parser("trial", help="run one configuration through the real trial path")
+    trial.add_argument("sweep", metavar="SWEEP.yaml")
+    trial.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a parameter value (repeatable); others take the baseline's values",
+    )
+    _add_backend(trial)
+    trial.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_common(trial)
+
+    validate = sub.add_parser("validate", help="check a sweep spec and exit")
+    validate.add_argument("sweep", metavar="SWEEP.yaml")
+    _add_common(validate)
+
+    report = sub.add_parser("report", help="rebuild a sweep's report")
+    report.add_argument("sweep", metavar="SWEEP.yaml")
+    report.add_argument("--tracking-uri", metavar="URI")
+    report.add_argument("-o", "--output", metavar="DIR", help="where to write the report")
+    _add_common(report)
+
+    export = sub.add_parser("export", help="write every trial as a replay table (CSV)")
+    export.add_argument("sweep", metavar="SWEEP.yaml")
+    export.add_argument("-o", "--output", metavar="FILE.csv", required=True)
+    export.add_argument("--tracking-uri", metavar="URI")
+    _add_common(export)
+
+    ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1 for the project's store")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--tracking-uri", metavar="URI")
+    _add_common(ui)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    handler = _HANDLERS[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        _err.print("interrupted")
+        return EXIT_INTERRUPTED
+    except SpecError as exc:
+        _fail(args, exc)
+        return EXIT_USAGE
+    except SpecSweepError as exc:
+        _fail(args, exc)
+        return EXIT_ERROR
+    except Exception as exc:
+        _fail(args, exc, unexpected=True)
+        return EXIT_ERROR
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, *, unexpected: bool = False) -> None:
+    if getattr(args, "debug", False):
+        traceback.print_exception(exc, file=sys.stderr)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if unexpected:
+        text = f"{type(exc).__name__}: {text}"
+        if not getattr(args, "debug", False):
+            text += " (run with --debug for the traceback)"
+    print(f"spec-sweep: error: {text}", file=sys.stderr)
+
+
+def _load(args: argparse.Namespace) -> SweepSpec:
+    spec = load_spec(args.sweep)
+    trials = getattr(args, "trials", None)
+    if trials is not None:
+        if trials <= 0:
+            raise SpecError(f"--trials: {trials} is invalid: use a positive number of trials")
+        budget = spec.budget.model_copy(update={"trials": trials})
+        spec = spec.model_copy(update={"budget": budget})
+    simulate = getattr(args, "simulate", False) or getattr(args, "replay", None)
+    if simulate and spec.node.sim_profile is None and spec.node.backend.value != "sim":
+        raise SpecError(
+            f"{args.sweep}: node.sim_profile: missing: --simulate needs a hardware profile "
+            "(e.g. rtx-pro-6000-pcie-x8)"
+        )
+    return spec
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    spec = _load(args)
+    n_params = len(spec.params)
+    _out.print(
+        f"{Path(args.sweep)}: ok: sweep {spec.name!r}, {n_params} parameters, "
+        f"{spec.budget.trials} trials, objective {spec.objective.mode} {spec.objective.metric}"
+    )
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    spec = _load(args)
+    if args.dry_run:
+        return _dry_run(spec, args)
+    from spec_sweep.search import run_sweep  # heavy: Ray, MLflow
+
+    return run_sweep(spec, args)
+
+
+def _dry_run(spec: SweepSpec, args: argparse.Namespace) -> int:
+    from spec_sweep.sampling import propose
+    from spec_sweep.space import build_command
+
+    simulate = bool(args.simulate or args.replay)
+    searcher = spec.searcher
+    _out.print(
+        f"sweep {spec.name}: {spec.budget.trials} trials, {searcher.kind} search "
+        f"(seed {searcher.seed}), objective: {spec.objective.mode} {spec.objective.metric}"
+        + (f", simulated node {spec.node.sim_profile}" if simulate else "")
+    )
+    for i, (config, repeat) in enumerate(propose(spec, max(1, args.proposals))):
+        title = "baseline (trial 0)" if i == 0 else f"proposal {i}"
+        if repeat:
+            title += " (repeats an earlier configuration: answered from the record, not launched)"
+        _out.print(f"\n{title}: {json.dumps(config)}")
+        _out.print(f"  {build_command(spec, config, simulate=simulate).shell()}")
+    _out.print("\n(each trial adds --host 127.0.0.1 --port <free port>; nothing was launched)")
+    return EXIT_OK
+
+
+def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--set {item!r}: write KEY=VALUE, e.g. --set mem-fraction-static=0.85")
+        if key not in spec.params:
+            raise SpecError(
+                f"--set {key}: not a parameter of the search space: use one of "
+                f"{', '.join(sorted(spec.params))}"
+            )
+        value = parse_value(text)
+        if not spec.params[key].contains(value):
+            raise SpecError(f"--set {key}: {value!r} is not a value this parameter can take")
+        values[key] = value
+    return values
+
+
+def _cmd_trial(args: argparse.Namespace) -> int:
+    spec = _load(args)
+    overrides = _parse_sets(spec, args.sets)
+    from spec_sweep.trial import trial_command
+
+    return trial_command(spec, overrides, args)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    spec = _load(args)
+    from spec_sweep.report import report_command
+
+    return report_command(spec, args)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    spec = _load(args)
+    from spec_sweep.report import export_command
+
+    return export_command(spec, args)
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from spec_sweep.tracking import ui_command
+
+    return ui_command(args)
+
+
+_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "export": _cmd_export,
+    "report": _cmd_report,
+    "run": _cmd_run,
+    "trial": _cmd_trial,
+    "ui": _cmd_ui,
+    "validate": _cmd_validate,
+}

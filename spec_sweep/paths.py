@@ -1,0 +1,57 @@
+"""Where spec_sweep keeps things on disk: sweep state, trial folders and the MLflow store.
+
+This module owns the default locations (DESIGN 4.4): everything lives under the directory the
+command runs from (the project root), as absolute paths, because Ray workers run in other
+working directories. Sweep state goes to `.spec_sweep/<sweep name>/`, the MLflow store to
+`mlruns/` (SQLite database `mlruns/mlflow.db`, artifacts in `mlruns/artifacts/`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+
+from spec_sweep.spec import SweepSpec
+
+__all__ = [
+    "default_state_root",
+    "default_tracking_uri",
+    "manual_trial_dir",
+    "mlruns_dir",
+    "sweep_state_dir",
+]
+
+
+def _project_dir() -> Path:
+    return Path(os.environ.get("SPEC_SWEEP_PROJECT_DIR") or Path.cwd()).resolve()
+
+
+def default_state_root() -> Path:
+    """`.spec_sweep/` in the project root."""
+    return _project_dir() / ".spec_sweep"
+
+
+def mlruns_dir() -> Path:
+    """`mlruns/` in the project root."""
+    return _project_dir() / "mlruns"
+
+
+def default_tracking_uri() -> str:
+    """The default MLflow store: an absolute SQLite URI under `mlruns/`."""
+    return f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
+
+
+def sweep_state_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Path:
+    """The state folder of one sweep."""
+    root = Path(state_dir).resolve() if state_dir else default_state_root()
+    return root / spec.name
+
+
+def manual_trial_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Path:
+    """A new folder for a trial run by `spec-sweep trial`."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = sweep_state_dir(spec, state_dir) / "manual" / f"{stamp}-{secrets.token_hex(3)}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
