@@ -1,0 +1,853 @@
+"""The simulated node's model: what a configuration does to memory, boot and token timing.
+
+This module owns the pure, deterministic part of the simulator. :func:`plan_node` resolves a
+:class:`NodeConfig` against a :class:`~spec_sweep.sim.profiles.Profile` the way SGLang would
+(default CUDA-graph max batch, ``mem_fraction_static`` heuristic, speculative defaults), walks the
+memory budget (weights, draft, KV cache, CUDA-graph buffers, communication workspaces), applies
+the profile's feature rules and decides the boot outcome: a :class:`NodePlan` that either boots or
+names the stage and the exact failure text. :class:`PerfModel` gives per-step times (decode steps
+as a function of concurrency and CUDA-graph coverage; speculative cycles as draft steps + verify
+(all-reduce count x per-all-reduce latency + compute) + draft extend) and acceptance
+(per-position rates, golden-ratio low-discrepancy sampling so short runs converge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass, field
+
+from spec_sweep.sim import texts
+from spec_sweep.sim.profiles import Profile
+from spec_sweep.sim.texts import Flavor
+
+__all__ = [
+    "GIB",
+    "AcceptSampler",
+    "Failure",
+    "NodeConfig",
+    "NodePlan",
+    "PerfModel",
+    "SpecSettings",
+    "capture_batch_sizes",
+    "plan_node",
+]
+
+GIB = 1 << 30
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+_SPEC_ALGOS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+_FUSION_TOKEN_LIMIT = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSettings:
+    """Speculative decoding as requested on the command line (before SGLang's adjustments)."""
+
+    algorithm: str
+    steps: int | None
+    topk: int | None
+    draft_tokens: int | None
+    draft_model_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """The server configuration, as far as it matters to the node.
+
+    Attributes:
+        flavor: SGLang flavor (``"new"``: 0.5.14+, ``"old"``: 0.5.13 and earlier).
+        model_path: ``--model-path``.
+        tp_size: Tensor-parallel size.
+        ep_size: Expert-parallel size.
+        dp_size: Data-parallel size.
+        attn_dp_size: Attention data-parallel size (0.5.23).
+        enable_dp_attention: ``--enable-dp-attention``.
+        mem_fraction_static: Explicit value, or None for SGLang's heuristic.
+        cuda_graph_max_bs: Explicit decode CUDA-graph max batch, or None for the default.
+        cuda_graph_disabled: Decode CUDA graph disabled.
+        max_running_requests: Explicit limit, or None.
+        chunked_prefill_size: Explicit value, or None.
+        context_length: Explicit value, or None (the model's).
+        spec: Speculative settings, or None.
+        moe_a2a_backend: ``--moe-a2a-backend``.
+        moe_runner_backend: ``--moe-runner-backend``.
+        fusion_backend: FlashInfer all-reduce fusion backend requested, or None.
+        fusion_deprecated_flag: Requested through the deprecated ``--enable-flashinfer-...``.
+        disable_custom_all_reduce: ``--disable-custom-all-reduce``.
+        torch_symm_mem: ``--enable-torch-symm-mem``.
+        nccl_algo: The ``NCCL_ALGO`` environment variable, or None.
+        seed: Seed of every random choice of the simulator.
+        decode_log_interval: SGLang's ``--decode-log-interval``.
+    """
+
+    flavor: Flavor
+    model_path: str
+    tp_size: int = 1
+    ep_size: int = 1
+    dp_size: int = 1
+    attn_dp_size: int = 1
+    enable_dp_attention: bool = False
+    mem_fraction_static: float | None = None
+    cuda_graph_max_bs: int | None = None
+    cuda_graph_disabled: bool = False
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    context_length: int | None = None
+    spec: SpecSettings | None = None
+    moe_a2a_backend: str = "none"
+    moe_runner_backend: str = "auto"
+    fusion_backend: str | None = None
+    fusion_deprecated_flag: bool = False
+    disable_custom_all_reduce: bool = False
+    torch_symm_mem: bool = False
+    nccl_algo: str | None = None
+    seed: int = 0
+    decode_log_interval: int = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A configuration's failure, as the node prints it.
+
+    Attributes:
+        stage: Boot stage at which it happens: ``"args"`` (main process, before any worker),
+            ``"distributed"``, ``"load"``, ``"draft_load"``, ``"memory_pool"``, ``"workspace"``,
+            ``"capture"``, ``"draft_capture"`` or ``"warmup"`` (the first decode step).
+        where: ``"main"`` (traceback, exit 1) or ``"scheduler"`` (scheduler traceback, SIGQUIT to
+            the main process, which kills the process tree: exit -9).
+        text: The traceback text (ending in the exception line).
+        pre_lines: Log lines a rank prints just before the traceback (NCCL warnings).
+        summary: One line, for people and tests.
+    """
+
+    stage: str
+    where: str
+    text: str
+    pre_lines: tuple[str, ...] = ()
+    summary: str = ""
+
+
+@dataclass
+class NodePlan:
+    """A configuration resolved against a profile: memory figures, warnings, outcome.
+
+    Attributes:
+        config: The configuration.
+        flavor: SGLang flavor.
+        main_warnings: Warnings of the main process while resolving the arguments.
+        rank_warnings: Warnings every TP rank prints while initialising communication.
+        failure: The failure, or None when the node boots.
+        spec: Effective speculative settings (after SGLang's adjustments), or None.
+        mem_fraction_static: Resolved ``mem_fraction_static``.
+        chunked_prefill_size: Resolved chunked prefill size.
+        graph_max_bs: Effective decode CUDA-graph max batch (0 when disabled).
+        capture_bs: Captured batch sizes.
+        max_running_requests: Resolved limit of running requests.
+        context_len: Context length.
+        pre_load_avail_gib: Free memory per GPU before loading weights.
+        weights_gib: Target weights per GPU.
+        post_load_avail_gib: Free memory per GPU after the target weights.
+        draft_weights_gib: Draft weights per GPU (0 without speculative decoding).
+        kv_gib: KV-cache memory per GPU.
+        max_total_num_tokens: KV-cache capacity in tokens.
+        graph_gib: CUDA-graph memory per GPU.
+        available_after_init_gib: Free memory per GPU after initialisation.
+        allreduce_impl: ``"nccl"``, ``"custom"``, ``"torch_symm_mem"`` or
+            ``"flashinfer_fusion"``.
+        allreduce_factor: Latency factor of that implementation and the NCCL algorithm.
+        nccl_algo: NCCL algorithm in use.
+    """
+
+    config: NodeConfig
+    flavor: Flavor
+    main_warnings: list[str] = field(default_factory=list)
+    rank_warnings: list[str] = field(default_factory=list)
+    failure: Failure | None = None
+    spec: SpecSettings | None = None
+    mem_fraction_static: float = 0.0
+    chunked_prefill_size: int = 8192
+    graph_max_bs: int = 0
+    capture_bs: list[int] = field(default_factory=list)
+    max_running_requests: int = 0
+    context_len: int = 0
+    pre_load_avail_gib: float = 0.0
+    weights_gib: float = 0.0
+    post_load_avail_gib: float = 0.0
+    draft_weights_gib: float = 0.0
+    kv_gib: float = 0.0
+    max_total_num_tokens: int = 0
+    graph_gib: float = 0.0
+    available_after_init_gib: float = 0.0
+    allreduce_impl: str = "nccl"
+    allreduce_factor: float = 1.0
+    nccl_algo: str = "Ring"
+
+
+def capture_batch_sizes(max_bs: int, *, speculative: bool) -> list[int]:
+    """SGLang's decode CUDA-graph batch sizes (``generate_decode_cuda_graph_batch_sizes``).
+
+    Args:
+        max_bs: The largest captured batch size.
+        speculative: Speculative decoding uses denser small sizes.
+
+    Returns:
+        Sorted batch sizes, ending at ``max_bs``.
+    """
+    if max_bs <= 0:
+        return []
+    if not speculative:
+        sizes = [
+            1,
+            2,
+            4,
+            8,
+            12,
+            *range(16, 257, 8),
+            *range(272, 512, 16),
+            *range(512, max_bs + 1, 32),
+        ]
+    else:
+        sizes = [
+            *range(1, 9),
+            *range(10, 33, 2),
+            *range(40, 65, 4),
+            *range(72, 257, 8),
+            *range(272, max_bs + 1, 16),
+        ]
+    sizes = sorted({s for s in sizes if s <= max_bs})
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
+
+
+def _default_chunk_and_bs(mem_mib: float, tp: int) -> tuple[int, int]:
+    """SGLang's GPU-memory buckets (arg_groups/memory_hook.py handle_gpu_memory_settings)."""
+    gib = 1024.0
+    if mem_mib < 20 * gib:
+        return 2048, 8
+    if mem_mib < 35 * gib:
+        return 4096, 48 if tp < 4 else 160
+    if mem_mib < 60 * gib:
+        return 4096, 32 if tp < 4 else 160
+    if mem_mib < 160 * gib:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def _default_mem_fraction(mem_mib: float, *, chunk: int, tp: int, graph_bs: int) -> float:
+    """SGLang's ``mem_fraction_static`` heuristic (reserved = activations + graphs + slack)."""
+    reserved = 512.0 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + graph_bs * 2
+    if mem_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mem_mib - reserved) / mem_mib, 3)
+
+
+def _nccl_algorithm(value: str | None, supported: dict[str, float]) -> tuple[str, float] | None:
+    """Resolve ``NCCL_ALGO`` for all-reduce; None when NCCL cannot run it here."""
+    if value is None or not value.strip():
+        return "Ring", supported["Ring"]
+    raw = value.strip()
+    if raw.startswith("^"):
+        return "Ring", supported["Ring"]
+    chosen = raw
+    if ":" in raw:
+        chosen = ""
+        for part in raw.split(";"):
+            op, _, algos = part.partition(":")
+            if op.strip().lower() == "allreduce":
+                chosen = algos
+        if not chosen:
+            return "Ring", supported["Ring"]
+    names = [n.strip() for n in chosen.split(",") if n.strip()]
+    lowered = {k.lower(): k for k in supported}
+    usable = [lowered[n.lower()] for n in names if n.lower() in lowered]
+    if not usable:
+        return None
+    best = min(usable, key=lambda n: supported[n])
+    return best, supported[best]
+
+
+def _scheduler_failure(
+    stage: str,
+    frames: tuple[texts.Frame, ...],
+    *,
+    exception: str,
+    cause: str | None = None,
+    pre_lines: tuple[str, ...] = (),
+    summary: str = "",
+) -> Failure:
+    body = texts.format_traceback(frames, exception, cause=cause)
+    return Failure(stage, "scheduler", body, pre_lines, summary or exception.splitlines()[0])
+
+
+def _main_failure(frames: tuple[texts.Frame, ...], exception: str) -> Failure:
+    return Failure(
+        "args", "main", texts.format_traceback(frames, exception), (), exception.splitlines()[0]
+    )
+
+
+def _oom(
+    profile: Profile,
+    *,
+    tried_gib: float,
+    free_gib: float,
+) -> str:
+    total = profile.hardware.total_gib
+    in_use = max(0.0, total - free_gib - 0.45)
+    allocated = max(0.0, in_use - 1.37)
+    return texts.torch_oom_message(
+        tried_gib=tried_gib,
+        gpu=0,
+        total_gib=total,
+        free_gib=free_gib,
+        in_use_gib=in_use,
+        allocated_gib=allocated,
+        reserved_unallocated_gib=min(1.37, in_use),
+    )
+
+
+def _check_arguments(plan: NodePlan, profile: Profile) -> Failure | None:
+    """Main-process checks of ServerArgs resolution (assertions, ValueErrors)."""
+    cfg = plan.config
+    if cfg.moe_a2a_backend == "flashinfer":
+        tp = cfg.tp_size
+        if plan.flavor == "new":
+            topology_ok = cfg.attn_dp_size == tp or (cfg.enable_dp_attention and cfg.dp_size == tp)
+            if not topology_ok:
+                return _main_failure(
+                    texts.MAIN_RESOLVE + texts.A2A_NEW, f"AssertionError: {texts.A2A_TOPOLOGY_NEW}"
+                )
+            if cfg.moe_runner_backend not in texts.A2A_RUNNERS_NEW:
+                return _main_failure(
+                    texts.MAIN_RESOLVE + texts.A2A_RUNNER_NEW_FRAMES,
+                    f"AssertionError: {texts.A2A_RUNNER_NEW}",
+                )
+        else:
+            if not (cfg.enable_dp_attention and cfg.dp_size == tp):
+                return _main_failure(
+                    texts.MAIN_POST_INIT_OLD + texts.A2A_OLD,
+                    f"AssertionError: {texts.A2A_TOPOLOGY_OLD}",
+                )
+            if cfg.moe_runner_backend not in texts.A2A_RUNNERS_OLD:
+                return _main_failure(
+                    texts.MAIN_POST_INIT_OLD + texts.A2A_RUNNER_OLD_FRAMES,
+                    f"AssertionError: {texts.A2A_RUNNER_OLD}",
+                )
+        plan.main_warnings.append(
+            "Flashinfer MoE A2A is enabled. The expert parallel size is adjusted to be the same "
+            f"as the tensor parallel size[{tp}]."
+        )
+        plan.main_warnings.append(
+            "Flashinfer MoE A2A is enabled. --disable-shared-experts-fusion is automatically set."
+        )
+    del profile
+    return None
+
+
+def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
+    cfg = plan.config
+    spec = cfg.spec
+    if spec is None:
+        return None
+    algo = spec.algorithm.upper()
+    if algo not in _SPEC_ALGOS:
+        return _main_failure(
+            texts.MAIN_RESOLVE,
+            f"ValueError: Unknown speculative algorithm name: {spec.algorithm}",
+        )
+    if algo == "NEXTN":
+        algo = "EAGLE"
+    if cfg.max_running_requests is None:
+        plan.main_warnings.append(texts.SPEC_MAX_RUNNING_RESET)
+    steps, topk, draft_tokens = spec.steps, spec.topk, spec.draft_tokens
+    if steps is None:
+        if topk is not None or draft_tokens is not None:
+            return _main_failure(
+                (
+                    *texts.MAIN_RESOLVE,
+                    (
+                        "srt/arg_groups/speculative_hook.py",
+                        1160,
+                        "_handle_eagle_family",
+                        "assert (",
+                    ),
+                ),
+                "AssertionError",
+            )
+        # _auto_choose_speculative_params: the common default for unknown architectures
+        steps, topk, draft_tokens = 3, 1, 4
+    if topk is None:
+        topk = 1
+    if draft_tokens is None:
+        draft_tokens = steps + 1
+    if topk == 1 and draft_tokens != steps + 1:
+        plan.main_warnings.append(texts.SPEC_DRAFT_TOKENS_ADJUSTED)
+        draft_tokens = steps + 1
+    draft_path = spec.draft_model_path
+    if draft_path is None and profile.model.builtin_mtp:
+        draft_path = cfg.model_path
+    plan.spec = SpecSettings(algo, steps, topk, draft_tokens, draft_path)
+    return None
+
+
+def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
+    """Resolve a configuration against a profile and decide its boot outcome.
+
+    Args:
+        profile: The hardware profile.
+        config: The server configuration.
+
+    Returns:
+        The plan: resolved settings, memory figures, warnings and the failure (if any).
+    """
+    hw, model, mem = profile.hardware, profile.model, profile.memory
+    plan = NodePlan(config=config, flavor=config.flavor)
+    failure = _check_arguments(plan, profile) or _resolve_spec(plan, profile)
+    if failure is not None:
+        plan.failure = failure
+        return plan
+    spec = plan.spec
+    if config.fusion_deprecated_flag and config.flavor == "new":
+        plan.main_warnings.append(texts.FUSION_FLAG_DEPRECATED)
+
+    chunk_default, bs_default = _default_chunk_and_bs(hw.memory_mib, config.tp_size)
+    plan.chunked_prefill_size = config.chunked_prefill_size or chunk_default
+    max_bs = config.cuda_graph_max_bs if config.cuda_graph_max_bs is not None else bs_default
+    if (
+        config.cuda_graph_max_bs is None
+        and config.max_running_requests is not None
+        and max_bs > config.max_running_requests
+    ):
+        max_bs = config.max_running_requests
+    graph_reserved_bs = 0 if config.cuda_graph_disabled else max_bs
+    plan.mem_fraction_static = (
+        config.mem_fraction_static
+        if config.mem_fraction_static is not None
+        else _default_mem_fraction(
+            hw.memory_mib,
+            chunk=plan.chunked_prefill_size,
+            tp=config.tp_size,
+            graph_bs=graph_reserved_bs,
+        )
+    )
+    if config.max_running_requests is not None:
+        plan.max_running_requests = config.max_running_requests
+    elif spec is not None:
+        plan.max_running_requests = 48
+    else:
+        plan.max_running_requests = 0  # decided from the KV capacity below
+    plan.context_len = config.context_length or model.context_len
+
+    # -- distributed init: device ordinals, NCCL algorithm, communicators ----------------------
+    tp = config.tp_size
+    if tp * max(1, config.dp_size if not config.enable_dp_attention else 1) > hw.num_gpus:
+        plan.failure = _scheduler_failure(
+            "distributed",
+            texts.SET_DEVICE,
+            exception=f"torch.AcceleratorError: {texts.invalid_device_ordinal_message()}",
+            summary="torch.AcceleratorError: CUDA error: invalid device ordinal",
+        )
+        return plan
+    algo = _nccl_algorithm(config.nccl_algo, profile.features.nccl_algorithms)
+    if algo is None and tp > 1:
+        warn = texts.nccl_warn_no_algorithm(
+            host=hw.hostname, pid=texts.PID_PLACEHOLDER, device=0, algo=str(config.nccl_algo)
+        )
+        plan.failure = _scheduler_failure(
+            "distributed",
+            texts.SCHEDULER_INIT
+            + texts.TP_WORKER_INIT
+            + texts.DISTRIBUTED_INIT
+            + texts.PYNCCL_WARMUP,
+            exception=f"RuntimeError: NCCL error: {texts.NCCL_ERROR_STRINGS['invalid_usage']}",
+            pre_lines=(warn,),
+        )
+        return plan
+    plan.nccl_algo, algo_factor = algo if algo is not None else ("Ring", 1.0)
+    impl, impl_factor = "nccl", 1.0
+    if tp > 1:
+        if not config.disable_custom_all_reduce:
+            if profile.features.custom_all_reduce:
+                impl, impl_factor = "custom", profile.features.allreduce_factors.get("custom", 1.0)
+            elif hw.interconnect == "pcie" and tp > 2:
+                plan.rank_warnings.extend(texts.custom_allreduce_disabled_lines(flavor=plan.flavor))
+        if config.torch_symm_mem:
+            major = hw.compute_capability[0]
+            if profile.features.torch_symm_mem and tp in (4, 6, 8):
+                impl = "torch_symm_mem"
+                impl_factor = profile.features.allreduce_factors.get("torch_symm_mem", impl_factor)
+            elif config.flavor == "new" or major < 9:
+                plan.rank_warnings.append(texts.symm_mem_unsupported_line(major))
+            else:
+                plan.failure = _scheduler_failure(
+                    "distributed",
+                    texts.SCHEDULER_INIT
+                    + texts.TP_WORKER_INIT
+                    + texts.DISTRIBUTED_INIT
+                    + texts.SYMM_MEM_INIT_OLD,
+                    exception=f"KeyError: {major}",
+                )
+                return plan
+    plan.allreduce_impl, plan.allreduce_factor = impl, impl_factor * algo_factor
+
+    # -- weights -------------------------------------------------------------------------------
+    plan.pre_load_avail_gib = hw.total_gib - hw.startup_overhead_gib
+    ep_extra = model.ep_weight_overhead_gib if config.ep_size > 1 else 0.0
+    plan.weights_gib = model.weights_gib_total / tp + ep_extra
+    if plan.weights_gib > plan.pre_load_avail_gib:
+        plan.failure = _scheduler_failure(
+            "load",
+            texts.SCHEDULER_INIT + texts.TP_WORKER_INIT + texts.LOAD_MODEL,
+            exception="torch.OutOfMemoryError: " + _oom(profile, tried_gib=1.75, free_gib=0.41),
+        )
+        return plan
+    plan.post_load_avail_gib = plan.pre_load_avail_gib - plan.weights_gib
+    avail = plan.post_load_avail_gib
+    if spec is not None:
+        if spec.draft_model_path is None or (
+            spec.draft_model_path == config.model_path and not model.builtin_mtp
+        ):
+            plan.draft_weights_gib = plan.weights_gib  # the whole target again
+        else:
+            plan.draft_weights_gib = profile.draft.weights_gib_total / tp
+        if plan.draft_weights_gib > avail:
+            plan.failure = _scheduler_failure(
+                "draft_load",
+                texts.SCHEDULER_INIT + texts.DRAFT_INIT + texts.LOAD_MODEL[1:],
+                exception="torch.OutOfMemoryError: " + _oom(profile, tried_gib=1.75, free_gib=0.38),
+            )
+            return plan
+        avail -= plan.draft_weights_gib
+
+    # -- KV cache ------------------------------------------------------------------------------
+    rest = avail - plan.pre_load_avail_gib * (1.0 - plan.mem_fraction_static)
+    cell = model.kv_bytes_per_token + (profile.draft.kv_bytes_per_token if spec else 0)
+    tokens = int(rest * GIB // cell) if rest > 0 else 0
+    if tokens <= 0:
+        plan.failure = _scheduler_failure(
+            "memory_pool",
+            texts.SCHEDULER_INIT + texts.MEMORY_POOL,
+            exception="RuntimeError: " + texts.not_enough_memory_message(plan.mem_fraction_static),
+        )
+        return plan
+    plan.max_total_num_tokens = tokens
+    plan.kv_gib = tokens * cell / GIB
+    avail -= plan.kv_gib
+    if plan.max_running_requests == 0:
+        plan.max_running_requests = min(max(int(tokens / plan.context_len * 512), 2048), 4096)
+
+    # -- communication workspaces (before capture) ---------------------------------------------
+    if plan.failure is None and config.fusion_backend is not None and tp > 1:
+        if not profile.features.flashinfer_allreduce_fusion:
+            if config.flavor == "new":
+                plan.failure = _scheduler_failure(
+                    "workspace",
+                    texts.SCHEDULER_INIT
+                    + texts.CUDA_GRAPHS
+                    + texts.TARGET_GRAPHS
+                    + texts.FUSION_RESOLVE,
+                    exception=f"ValueError: {texts.FUSION_REQUIRES_SM90}",
+                )
+                return plan
+            plan.rank_warnings.append(
+                texts.fusion_workspace_failed_line(texts.NO_SUPPORTED_ARCH_9_10)
+            )
+        else:
+            plan.allreduce_impl = "flashinfer_fusion"
+            plan.allreduce_factor = (
+                profile.features.allreduce_factors.get("flashinfer_fusion", impl_factor)
+                * algo_factor
+            )
+    if config.moe_a2a_backend == "flashinfer":
+        if not profile.features.flashinfer_a2a or mem.a2a_workspace_gib > avail - 0.5:
+            plan.failure = _scheduler_failure(
+                "workspace",
+                texts.SCHEDULER_INIT
+                + texts.CUDA_GRAPHS
+                + texts.TARGET_GRAPHS
+                + texts.A2A_WORKSPACE,
+                exception="torch.OutOfMemoryError: "
+                + _oom(profile, tried_gib=mem.a2a_workspace_gib, free_gib=max(0.2, avail - 3.1)),
+            )
+            return plan
+        avail -= mem.a2a_workspace_gib
+
+    # -- CUDA graphs ---------------------------------------------------------------------------
+    plan.graph_max_bs = 0 if config.cuda_graph_disabled else min(max_bs, plan.max_running_requests)
+    plan.capture_bs = capture_batch_sizes(plan.graph_max_bs, speculative=spec is not None)
+    if plan.graph_max_bs > 0:
+        per_req = (spec.draft_tokens or 1) if spec is not None else 1
+        graph = mem.graph_base_gib + mem.graph_per_token_gib * plan.graph_max_bs * per_req
+        if graph + mem.capture_workspace_gib > avail:
+            free = max(0.05, avail - graph * 0.7)
+            tried = min(mem.capture_workspace_gib, max(0.25, graph * 0.3 + 0.5))
+            err = _oom(profile, tried_gib=tried, free_gib=min(free, tried * 0.6))
+            cause = texts.format_traceback(
+                texts.DECODE_CAPTURE_INNER, f"torch.OutOfMemoryError: {err}"
+            )
+            plan.failure = _scheduler_failure(
+                "capture",
+                texts.SCHEDULER_INIT + texts.CUDA_GRAPHS + texts.DECODE_CAPTURE_OUTER,
+                exception="Exception: " + texts.capture_failed_message(err, flavor=config.flavor),
+                cause=cause,
+            )
+            return plan
+        avail -= graph
+        plan.graph_gib = graph
+    if spec is not None:
+        failure = _draft_tree_failure(plan, spec, profile)
+        if failure is not None:
+            plan.failure = failure
+            return plan
+        if plan.graph_max_bs > 0:
+            draft = (
+                mem.draft_graph_per_token_gib
+                * plan.graph_max_bs
+                * ((spec.topk or 1) + (spec.draft_tokens or 1))
+            )
+            avail -= draft
+            plan.graph_gib += draft
+    plan.available_after_init_gib = avail
+    return plan
+
+
+def _draft_tree_failure(plan: NodePlan, spec: SpecSettings, profile: Profile) -> Failure | None:
+    """SGLang's failures for an impossible draft tree (topk/cat in organize_draft_results)."""
+    del profile
+    steps, topk, draft_tokens = spec.steps or 0, spec.topk or 1, spec.draft_tokens or 1
+    if steps < 1:
+        error, inner = f"RuntimeError: {texts.CAT_EMPTY}", texts.EAGLE_CAT
+    elif draft_tokens - 1 > topk + (steps - 1) * topk * topk:
+        error, inner = f"RuntimeError: {texts.TOPK_OUT_OF_RANGE}", texts.EAGLE_TOPK
+    else:
+        return None
+    if steps > 1 and plan.graph_max_bs > 0:
+        cause = texts.format_traceback(texts.DRAFT_CAPTURE_INNER + inner, error)
+        message = error.split(": ", 1)[1]
+        return _scheduler_failure(
+            "draft_capture",
+            texts.SCHEDULER_INIT + texts.CUDA_GRAPHS + texts.DRAFT_CAPTURE_OUTER,
+            exception="Exception: " + texts.capture_failed_message(message, flavor=plan.flavor),
+            cause=cause,
+        )
+    return _scheduler_failure("warmup", texts.DECODE_STEP + inner, exception=error)
+
+
+def _seed_of(*parts: object) -> int:
+    digest = hashlib.sha256("|".join(repr(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+class AcceptSampler:
+    """Accept lengths of one request, drawn with a low-discrepancy (golden-ratio) sequence.
+
+    The n-th cycle uses ``u_n = frac(u_0 + n * 0.618...)`` through the inverse CDF of the accept
+    length, so the running mean converges like O(log n / n) instead of O(1/sqrt(n)): a few hundred
+    cycles already reproduce the expected accept length within a fraction of a percent, while the
+    per-cycle sequence still varies like a real one. ``u_0`` comes from the seed.
+    """
+
+    __slots__ = ("_cdf_tail", "_u")
+
+    def __init__(self, rates: list[float], *, seed: int) -> None:
+        # tail[k] = P(accept length >= k + 2), i.e. the first k + 1 draft depths accepted
+        tail: list[float] = []
+        prob = 1.0
+        for q in rates:
+            prob *= q
+            tail.append(prob)
+        self._cdf_tail = tail
+        self._u = random.Random(seed).random()
+
+    def next(self, limit: int) -> tuple[int, int]:
+        """Draw one cycle.
+
+        Args:
+            limit: Tokens still allowed for the request (>= 1).
+
+        Returns:
+            (tokens produced this cycle incl. the bonus token, draft tokens accepted).
+        """
+        self._u = (self._u + _GOLDEN) % 1.0
+        accepted = 0
+        for p in self._cdf_tail:
+            if self._u < p:
+                accepted += 1
+            else:
+                break
+        produced = min(accepted + 1, limit)
+        return produced, min(accepted, produced - 1)
+
+
+class PerfModel:
+    """Per-step times and acceptance of one booted configuration.
+
+    Args:
+        profile: The hardware profile.
+        plan: The node plan (must not have a failure).
+    """
+
+    def __init__(self, profile: Profile, plan: NodePlan) -> None:
+        self.profile = profile
+        self.plan = plan
+        self.perf = profile.perf
+        self.spec = plan.spec
+        self._ep = self.perf.ep_decode_factor if plan.config.ep_size > 1 else 1.0
+        rng = random.Random(_seed_of(profile.name, plan.config, "boot"))
+        sigma = self.perf.noise_boot_sigma
+        self.boot_factor = min(1 + 2.5 * sigma, max(1 - 2.5 * sigma, rng.gauss(1.0, sigma)))
+        self._step_rng = random.Random(_seed_of(profile.name, plan.config, "steps"))
+        penalty = 0.0
+        if plan.graph_max_bs > self.perf.graph_ref_bs:
+            penalty = self.perf.graph_penalty_ms_per_doubling * math.log2(
+                plan.graph_max_bs / self.perf.graph_ref_bs
+            )
+        self._graph_penalty_ms = penalty
+        rates = (
+            self.perf.acceptance.get(self.spec.algorithm)
+            or self.perf.acceptance.get("EAGLE3")
+            or next(iter(self.perf.acceptance.values()))
+            if self.spec is not None
+            else ()
+        )
+        self._rates = tuple(rates)
+
+    # -- building blocks -----------------------------------------------------------------------
+    def allreduce_ms(self, kind: str, tokens: int) -> float:
+        """Latency of one all-reduce.
+
+        Args:
+            kind: ``"decode"``, ``"verify"`` or ``"draft"``.
+            tokens: Tokens in the step (message size grows with them).
+
+        Returns:
+            Milliseconds.
+        """
+        base = {
+            "decode": self.perf.ar_decode_us,
+            "verify": self.perf.ar_verify_us,
+            "draft": self.perf.ar_draft_us,
+        }[kind]
+        if self.plan.config.tp_size <= 1:
+            return 0.0
+        factor = self.plan.allreduce_factor
+        if self.plan.allreduce_impl == "flashinfer_fusion" and tokens > _FUSION_TOKEN_LIMIT:
+            factor = self.plan.allreduce_factor / max(
+                1e-9, self.profile.features.allreduce_factors.get("flashinfer_fusion", 1.0)
+            )
+        return (base * factor + self.perf.ar_per_token_us * tokens) / 1000.0
+
+    def uses_graph(self, batch: int) -> bool:
+        """Whether a step of ``batch`` requests replays a CUDA graph."""
+        return 0 < batch <= self.plan.graph_max_bs
+
+    def _graph_adjust(self, ms: float, batch: int) -> float:
+        if self.uses_graph(batch):
+            return ms + self._graph_penalty_ms
+        return ms * self.perf.eager_factor + self.perf.eager_overhead_ms
+
+    def decode_step_ms(self, batch: int) -> float:
+        """Mean time of one non-speculative decode step with ``batch`` running requests."""
+        compute = self.perf.decode_compute_ms + self.perf.decode_compute_per_req_ms * (batch - 1)
+        comm = self.perf.ar_count * self.allreduce_ms("decode", batch)
+        return self._graph_adjust((compute + comm) * self._ep, batch)
+
+    def verify_ms(self, batch: int) -> float:
+        """Mean time of the verify forward of one speculative cycle."""
+        assert self.spec is not None
+        tokens = batch * (self.spec.draft_tokens or 1)
+        compute = self.perf.verify_compute_ms + self.perf.verify_per_token_ms * (tokens - 1)
+        return (compute + self.perf.ar_count * self.allreduce_ms("verify", tokens)) * self._ep
+
+    def spec_cycle_ms(self, batch: int) -> float:
+        """Mean time of one speculative cycle (draft steps + verify + draft extend)."""
+        assert self.spec is not None
+        topk, steps = self.spec.topk or 1, self.spec.steps or 0
+        per_req = self.perf.draft_per_req_ms * (batch - 1)
+        draft_step = (
+            self.perf.draft_step_ms * (1 + self.perf.draft_topk_cost * (topk - 1))
+            + per_req
+            + self.perf.draft_ar_count * self.allreduce_ms("draft", batch * topk)
+        )
+        extend = (
+            self.perf.draft_extend_ms
+            + per_req
+            + self.perf.draft_ar_count
+            * self.allreduce_ms("draft", batch * (self.spec.draft_tokens or 1))
+        )
+        total = steps * draft_step + self.verify_ms(batch) + extend + self.perf.spec_overhead_ms
+        return self._graph_adjust(total, batch)
+
+    def step_ms(self, batch: int) -> float:
+        """Mean time of one scheduler step (decode step or speculative cycle)."""
+        if self.spec is None:
+            return self.decode_step_ms(batch)
+        return self.spec_cycle_ms(batch)
+
+    def noisy(self, ms: float) -> float:
+        """``ms`` times the per-boot factor and a seeded per-step jitter."""
+        jitter = self._step_rng.gauss(1.0, self.perf.noise_step_sigma)
+        return ms * self.boot_factor * min(1.5, max(0.5, jitter))
+
+    def prefill_ms(self, tokens: int) -> float:
+        """Time of a prefill (extend) forward over ``tokens`` new tokens."""
+        comm = self.perf.ar_count * self.allreduce_ms("decode", min(tokens, 8192))
+        ms = self.perf.prefill_base_ms + self.perf.prefill_per_token_ms * tokens + comm
+        if self.spec is not None:
+            ms += self.perf.draft_extend_ms
+        return ms * self._ep
+
+    # -- acceptance ----------------------------------------------------------------------------
+    def depth_acceptance(self, *, natural: bool) -> list[float]:
+        """P(accept depth d | shallower depths accepted) for this tree, d = 1..steps.
+
+        Args:
+            natural: Text prompts (True) or random token ids (False).
+
+        Returns:
+            One probability per draft depth.
+        """
+        if self.spec is None:
+            return []
+        steps, topk = self.spec.steps or 0, self.spec.topk or 1
+        nodes = max(0, (self.spec.draft_tokens or 1) - 1)
+        factor = 1.0 if natural else self.perf.random_token_factor
+        budget = [0] * steps
+        for d in range(min(steps, nodes)):
+            budget[d] = 1
+        left = nodes - sum(budget)
+        for d in range(steps):
+            extra = min(left, max(0, topk - budget[d]))
+            budget[d] += extra
+            left -= extra
+        gain = self.perf.extra_candidate_gain
+        out = []
+        for d in range(steps):
+            p = (self._rates[d] if d < len(self._rates) else self._rates[-1]) * factor
+            if budget[d] == 0:
+                out.append(0.0)
+                continue
+            out.append(1.0 - (1.0 - p) * (1.0 - gain) ** (budget[d] - 1))
+        return out
+
+    def expected_accept_length(self, *, natural: bool = True) -> float:
+        """Expected tokens per cycle (bonus token included)."""
+        length, prob = 1.0, 1.0
+        for q in self.depth_acceptance(natural=natural):
+            prob *= q
+            length += prob
+        return length
+
+    def expected_decode_tok_s(self, batch: int = 1, *, natural: bool = True) -> float:
+        """Steady-state decode speed of one request (tokens/s), without noise."""
+        if self.spec is None:
+            return 1000.0 / self.decode_step_ms(batch)
+        return 1000.0 * self.expected_accept_length(natural=natural) / self.spec_cycle_ms(batch)
+
+    def sampler(self, request_index: int, *, natural: bool) -> AcceptSampler:
+        """A seeded accept-length sampler for one request."""
+        rates = self.depth_acceptance(natural=natural)
+        return AcceptSampler(
+            rates, seed=_seed_of(self.profile.name, self.plan.config, "accept", request_index)
+        )

@@ -1,0 +1,382 @@
+"""Integration tests of the simulated SGLang node: real processes on 127.0.0.1.
+
+Each test starts ``python -m spec_sweep.sim`` as a process (its own session, like the trial
+launcher) on a free loopback port at time scale 0, talks to it over HTTP with httpx, and always
+stops the process group it started. Faults are injected through the simulator's own flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8", "--trust-remote-code"]
+EAGLE = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "lightseekorg/kimi-k2.5-eagle3",
+]
+READY = "The server is fired up and ready to roll!"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class SimProcess:
+    """One simulator process with its captured output."""
+
+    def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
+        self.port = _free_port()
+        self.log_path = tmp / f"sim-{self.port}.log"
+        self.out_path = tmp / f"sim-{self.port}.out"
+        environ = dict(os.environ)
+        environ.pop("SPEC_SWEEP_SIM_FAULT", None)
+        environ["SPEC_SWEEP_SIM_TIME_SCALE"] = "0"
+        environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in [str(ROOT), environ.get("PYTHONPATH", "")] if p
+        )
+        environ.update(env or {})
+        cmd = [sys.executable, "-m", "spec_sweep.sim", *args, "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port)]
+        self._err = self.log_path.open("wb")
+        self._out = self.out_path.open("wb")
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._out, stderr=self._err, env=environ, start_new_session=True
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if READY in self.log():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited {self.proc.returncode}:\n{self.log()[-3000:]}")
+            time.sleep(0.02)
+        raise AssertionError(f"not ready after {timeout}s:\n{self.log()[-3000:]}")
+
+    def wait_exit(self, timeout: float = 15.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"still running:\n{self.log()[-3000:]}") from exc
+
+    def wait_for_text(self, text: str, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} not in log:\n{self.log()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._err.close()
+        self._out.close()
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[object]:
+    """Start simulator processes; every one is stopped (process group) at the end."""
+    started: list[SimProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> SimProcess:
+        sim = SimProcess([*BASE, *args], tmp_path, env)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """Live (non-zombie) child processes of ``pid``."""
+    out = subprocess.run(
+        ["ps", "-o", "pid=,stat=", "--ppid", str(pid)], capture_output=True, text=True
+    )
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    return [int(row[0]) for row in rows if not row[1].startswith("Z")]
+
+
+def _sse(body: str) -> list[str]:
+    return [line[len("data: ") :] for line in body.split("\n\n") if line.startswith("data: ")]
+
+
+def test_ready_line_endpoints_and_meta_info(start_sim: object) -> None:
+    sim = start_sim()  # type: ignore[operator]
+    sim.wait_ready()
+    log = sim.log()
+    assert "Load weight end." in log
+    assert "Capture target decode CUDA graph end." in log
+    assert log.count(READY) == 1
+    assert len(_children(sim.proc.pid)) == 2  # scheduler + detokenizer workers
+    with httpx.Client(base_url=sim.url, timeout=10) as client:
+        assert client.get("/health").status_code == 200
+        assert client.get("/health_generate").status_code == 200
+        info = client.get("/model_info").json()
+        assert info["model_path"] == "moonshotai/Kimi-K2.5"
+        assert info["is_generation"] is True
+        assert client.get("/get_model_info").json()["architectures"] == info["architectures"]
+        server = client.get("/server_info").json()
+        assert server["version"] == "0.5.23"
+        assert server["tp_size"] == 8
+        assert server["internal_states"][0]["memory_usage"]["token_capacity"] > 0
+        assert client.get("/get_server_info").status_code == 200
+        assert client.get("/v1/models").json()["data"][0]["id"] == "moonshotai/Kimi-K2.5"
+        assert client.post("/flush_cache").status_code == 200
+        assert client.get("/no/such/route").status_code == 404
+        out = client.post(
+            "/generate", json={"text": "Hello there", "sampling_params": {"max_new_tokens": 12}}
+        ).json()
+        meta = out["meta_info"]
+        assert meta["completion_tokens"] == 12
+        assert len(out["output_ids"]) == 12
+        assert meta["finish_reason"] == {"type": "length", "length": 12}
+        assert meta["prompt_tokens"] >= 1
+        assert meta["e2e_latency"] > 0
+        ids = client.post(
+            "/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
+        ).json()
+        assert ids["meta_info"]["prompt_tokens"] == 3
+        bad = client.post("/generate", json={"sampling_params": {}})
+        assert bad.status_code == 400
+        assert "input_ids" in bad.json()["error"]["message"]
+
+
+def test_streaming_chunks_are_cumulative(start_sim: object) -> None:
+    sim = start_sim("--cuda-graph-max-bs-decode", "128")  # type: ignore[operator]
+    sim.wait_ready()
+    with httpx.Client(base_url=sim.url, timeout=10) as client:
+        resp = client.post(
+            "/generate",
+            json={"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 20}},
+        )
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    events = _sse(resp.text)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == list(range(1, 21))
+    assert all(chunks[i + 1]["text"].startswith(chunks[i]["text"]) for i in range(19))
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    assert chunks[0]["meta_info"]["finish_reason"] is None
+
+
+def test_speculative_meta_info_and_server_accept_length(start_sim: object) -> None:
+    sim = start_sim(
+        *EAGLE,
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+    )  # type: ignore[operator]
+    sim.wait_ready()
+    with httpx.Client(base_url=sim.url, timeout=20) as client:
+        client.post("/flush_cache")
+        resp = client.post(
+            "/generate",
+            json={"text": "tell me", "stream": True, "sampling_params": {"max_new_tokens": 60}},
+        )
+        chunks = [json.loads(e) for e in _sse(resp.text)[:-1]]
+        meta = chunks[-1]["meta_info"]
+        assert meta["completion_tokens"] == 60
+        assert meta["spec_verify_ct"] >= 1
+        assert 1.0 <= meta["spec_accept_length"] <= 4.0
+        assert abs(meta["spec_accept_length"] - 60 / meta["spec_verify_ct"]) < 1e-9
+        assert any(
+            c2["meta_info"]["completion_tokens"] - c1["meta_info"]["completion_tokens"] > 1
+            for c1, c2 in itertools.pairwise(chunks)
+        )  # a speculative step delivers several tokens at once
+        state = client.get("/server_info").json()["internal_states"][0]
+        assert 1.0 <= state["avg_spec_accept_length"] <= 4.0
+    assert "Max running requests is reset to 48 for speculative decoding" in sim.log()
+
+
+def test_unknown_flag_fails_like_argparse(start_sim: object) -> None:
+    sim = start_sim("--no-such-flag", "3")  # type: ignore[operator]
+    assert sim.wait_exit() == 2
+    log = sim.log()
+    assert log.splitlines()[-1].endswith("error: unrecognized arguments: --no-such-flag 3")
+    assert "usage: " in log
+
+
+def test_value_outside_choices_fails_like_argparse(start_sim: object) -> None:
+    sim = start_sim("--moe-a2a-backend", "warp")  # type: ignore[operator]
+    assert sim.wait_exit() == 2
+    assert "error: argument --moe-a2a-backend: invalid choice: 'warp'" in sim.log()
+
+
+def test_oom_during_cuda_graph_capture(start_sim: object) -> None:
+    sim = start_sim("--mem-fraction-static", "0.96")  # type: ignore[operator]
+    assert sim.wait_exit() == -signal.SIGKILL
+    log = sim.log()
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in log
+    assert "Exception: Capture cuda graph failed: CUDA out of memory." in log
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in log
+    assert "Received sigquit from a child process. It usually means the child failed." in log
+    assert READY not in log
+
+
+def test_not_enough_memory_at_low_mem_fraction(start_sim: object) -> None:
+    sim = start_sim("--mem-fraction-static", "0.70")  # type: ignore[operator]
+    assert sim.wait_exit() == -signal.SIGKILL
+    assert (
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        "Current value: mem_fraction_static=0.7" in sim.log()
+    )
+
+
+def test_unsupported_feature_fails(start_sim: object) -> None:
+    sim = start_sim("--enable-flashinfer-allreduce-fusion")  # type: ignore[operator]
+    assert sim.wait_exit() == -signal.SIGKILL
+    assert (
+        "ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs." in sim.log()
+    )
+
+
+def test_invalid_speculative_combination(start_sim: object) -> None:
+    sim = start_sim(
+        *EAGLE,
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "2",
+        "--speculative-num-draft-tokens",
+        "8",
+    )  # type: ignore[operator]
+    assert sim.wait_exit() == -signal.SIGKILL
+    log = sim.log()
+    assert "RuntimeError: selected index k out of range" in log
+    assert "Capture cuda graph failed: selected index k out of range" in log
+
+
+def test_assertion_in_main_process_exits_1(start_sim: object) -> None:
+    sim = start_sim("--ep-size", "8", "--moe-a2a-backend", "flashinfer")  # type: ignore[operator]
+    assert sim.wait_exit() == 1
+    assert "AssertionError: Flashinfer MoE A2A requires --attn-dp-size equal" in sim.log()
+
+
+def test_unsupported_nccl_algorithm(start_sim: object) -> None:
+    sim = start_sim(env={"NCCL_ALGO": "NVLS"})  # type: ignore[operator]
+    assert sim.wait_exit() == -signal.SIGKILL
+    log = sim.log()
+    assert "NCCL WARN Error : no algorithm/protocol available for function AllReduce" in log
+    assert "RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)" in log
+
+
+def test_worker_dies_main_keeps_running_never_ready(start_sim: object) -> None:
+    sim = start_sim("--sim-fault", "worker-dies")  # type: ignore[operator]
+    sim.wait_for_text("terminate called after throwing an instance of 'c10::DistBackendError'")
+    time.sleep(0.5)
+    assert sim.proc.poll() is None
+    assert READY not in sim.log()
+    with httpx.Client(base_url=sim.url, timeout=5) as client:
+        assert client.get("/health").status_code == 503
+        assert client.get("/model_info").status_code == 200
+    assert len(_children(sim.proc.pid)) == 1  # the scheduler worker died (SIGABRT)
+
+
+def test_hang_after_stops_answering(start_sim: object) -> None:
+    sim = start_sim("--sim-fault", "hang-after=1")  # type: ignore[operator]
+    sim.wait_ready()
+    body = {"text": "a", "sampling_params": {"max_new_tokens": 3}}
+    with httpx.Client(base_url=sim.url, timeout=1.0) as client:
+        assert client.post("/generate", json=body).status_code == 200
+        with pytest.raises(httpx.ReadTimeout):
+            client.post("/generate", json=body)
+        with pytest.raises(httpx.ReadTimeout):
+            client.get("/health")
+    assert sim.proc.poll() is None
+
+
+def test_request_error_shape(start_sim: object) -> None:
+    sim = start_sim("--sim-fault", "request-error")  # type: ignore[operator]
+    sim.wait_ready()
+    with httpx.Client(base_url=sim.url, timeout=5) as client:
+        resp = client.post("/generate", json={"text": "a"})
+    assert resp.status_code == 500
+    assert resp.json() == {
+        "object": "error",
+        "message": "Out of memory even after retracting all other requests in the decode batch. "
+        "Aborting the last request.",
+        "type": "500",
+        "param": None,
+        "code": 500,
+    }
+
+
+def test_crash_at_boot_is_a_segfault(start_sim: object) -> None:
+    sim = start_sim("--sim-fault", "crash-at-boot")  # type: ignore[operator]
+    assert sim.wait_exit() == -signal.SIGSEGV
+    assert "Traceback" not in sim.log()
+
+
+def test_hang_at_boot_never_listens(start_sim: object) -> None:
+    sim = start_sim("--sim-fault", "hang-at-boot")  # type: ignore[operator]
+    time.sleep(1.5)
+    assert sim.proc.poll() is None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{sim.url}/health", timeout=1)
+
+
+def test_sigterm_exits_cleanly_with_children(start_sim: object) -> None:
+    sim = start_sim()  # type: ignore[operator]
+    sim.wait_ready()
+    children = _children(sim.proc.pid)
+    sim.proc.send_signal(signal.SIGTERM)
+    assert sim.wait_exit() == 0
+    time.sleep(0.1)
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_ignore_sigterm_needs_sigkill(start_sim: object) -> None:
+    sim = start_sim("--sim-fault", "ignore-sigterm")  # type: ignore[operator]
+    sim.wait_ready()
+    os.killpg(sim.proc.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    assert sim.proc.poll() is None
+    os.killpg(sim.proc.pid, signal.SIGKILL)
+    assert sim.wait_exit() == -signal.SIGKILL
+
+
+def test_old_sglang_version_flags(start_sim: object) -> None:
+    sim = start_sim("--sim-sglang-version", "0.5.13", "--cuda-graph-max-bs", "64")  # type: ignore[operator]
+    sim.wait_ready()
+    assert "Capture cuda graph end. Time elapsed:" in sim.log()
+    with httpx.Client(base_url=sim.url, timeout=5) as client:
+        assert client.get("/get_server_info").json()["version"] == "0.5.13"

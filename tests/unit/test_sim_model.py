@@ -1,0 +1,289 @@
+"""Unit tests of the simulated node's pure parts: profiles, memory/boot planning, the performance
+model (calibration against the reference figures, determinism, acceptance) and argument
+parsing."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from spec_sweep.sim import texts
+from spec_sweep.sim.cli import adapt_args, parse_command_line
+from spec_sweep.sim.model import (
+    AcceptSampler,
+    NodeConfig,
+    NodePlan,
+    PerfModel,
+    SpecSettings,
+    capture_batch_sizes,
+    plan_node,
+)
+from spec_sweep.sim.profiles import Profile, ProfileError, builtin_profiles, load_profile
+
+PCIE = "rtx-pro-6000-pcie-x8"
+H200 = "h200-nvlink-x8"
+
+
+@pytest.fixture(scope="module")
+def pcie() -> Profile:
+    return load_profile(PCIE)
+
+
+@pytest.fixture(scope="module")
+def h200() -> Profile:
+    return load_profile(H200)
+
+
+def _plan(profile: Profile, **kw: object) -> NodePlan:
+    config = NodeConfig(flavor=kw.pop("flavor", "new"), model_path="m", tp_size=8, **kw)  # type: ignore[arg-type]
+    return plan_node(profile, config)
+
+
+def _perf(profile: Profile, **kw: object) -> PerfModel:
+    plan = _plan(profile, **kw)
+    assert plan.failure is None, plan.failure
+    return PerfModel(profile, plan)
+
+
+def _eagle(steps: int = 3, topk: int = 1, tokens: int = 4) -> SpecSettings:
+    return SpecSettings("EAGLE3", steps, topk, tokens, "draft")
+
+
+def test_builtin_profiles_load() -> None:
+    assert {PCIE, H200} <= set(builtin_profiles())
+    for name in builtin_profiles():
+        profile = load_profile(name)
+        assert profile.reference["figures"], name
+
+
+def test_profile_errors_name_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="unknown simulator profile"):
+        load_profile("no-such-node")
+    text = (Path(__file__).parents[2] / "spec_sweep/sim/profiles" / f"{PCIE}.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("num_gpus: 8", "num_gpus: eight"))
+    with pytest.raises(ProfileError, match=r"hardware\.num_gpus: expected an integer"):
+        load_profile(str(bad))
+
+
+@pytest.mark.parametrize(("max_bs", "target"), [(512, 82.0), (128, 89.5)])
+def test_pcie_baseline_matches_writeup(pcie: Profile, max_bs: int, target: float) -> None:
+    speed = _perf(pcie, cuda_graph_max_bs=max_bs).expected_decode_tok_s(1)
+    assert speed == pytest.approx(target, rel=0.005)
+
+
+def test_pcie_eagle3_writeup_setting_and_verify_cost(pcie: Profile) -> None:
+    perf = _perf(pcie, cuda_graph_max_bs=128, mem_fraction_static=0.88, spec=_eagle())
+    assert perf.expected_decode_tok_s(1) == pytest.approx(54.1, rel=0.01)
+    assert perf.verify_ms(1) == pytest.approx(30.0, rel=0.03)
+    assert pcie.perf.ar_count == 122
+
+
+def test_pcie_eagle3_loses_everywhere(pcie: Profile) -> None:
+    best_baseline = _perf(pcie, cuda_graph_max_bs=128).expected_decode_tok_s(1)
+    speeds = []
+    for steps, topk, tokens in itertools.product(range(1, 8), (1, 2, 4, 8), (2, 4, 8, 16)):
+        plan = _plan(pcie, cuda_graph_max_bs=128, spec=_eagle(steps, topk, tokens))
+        if plan.failure is None:
+            speeds.append(PerfModel(pcie, plan).expected_decode_tok_s(1))
+    assert len(speeds) > 40
+    assert 45 < max(speeds) < 60 < 0.7 * best_baseline
+
+
+def test_pcie_best_baseline_region_is_max_bs_128(pcie: Profile) -> None:
+    by_bs = {
+        bs: _perf(pcie, cuda_graph_max_bs=bs).expected_decode_tok_s(1)
+        for bs in (16, 64, 128, 256, 512)
+    }
+    assert max(by_bs.values()) == pytest.approx(89.5, rel=0.005)
+    assert by_bs[512] < by_bs[256] < by_bs[128]
+
+
+def test_h200_eagle3_wins_at_low_concurrency(h200: Profile) -> None:
+    base = _perf(h200)
+    eagle = _perf(h200, spec=_eagle())
+    assert base.expected_decode_tok_s(1) == pytest.approx(30.29, rel=0.005)
+    assert eagle.expected_decode_tok_s(1) / base.expected_decode_tok_s(1) == pytest.approx(
+        1.8, rel=0.02
+    )
+    ratio32 = eagle.expected_decode_tok_s(32) / base.expected_decode_tok_s(32)
+    assert ratio32 == pytest.approx(1.5, rel=0.02)
+    pcie_eagle = _perf(load_profile(PCIE), spec=_eagle())
+    assert 10 * eagle.allreduce_ms("verify", 4) < pcie_eagle.allreduce_ms("verify", 4)
+
+
+def test_memory_with_and_without_ep(pcie: Profile) -> None:
+    assert _plan(pcie).post_load_avail_gib == pytest.approx(21.7, abs=0.01)
+    assert _plan(pcie, ep_size=8).post_load_avail_gib == pytest.approx(16.3, abs=0.01)
+
+
+def test_concurrency_and_graph_coverage_cost_time(pcie: Profile) -> None:
+    perf = _perf(pcie, cuda_graph_max_bs=16)
+    assert perf.decode_step_ms(8) > perf.decode_step_ms(1)
+    assert perf.uses_graph(16)
+    assert not perf.uses_graph(17)
+    assert perf.decode_step_ms(17) > 1.3 * perf.decode_step_ms(16)
+
+
+def test_default_resolution_follows_sglang_heuristics(pcie: Profile) -> None:
+    plan = _plan(pcie)
+    assert plan.graph_max_bs == 512
+    assert plan.chunked_prefill_size == 8192
+    assert plan.mem_fraction_static == pytest.approx(0.848, abs=0.001)
+    spec = _plan(pcie, spec=_eagle())
+    assert spec.max_running_requests == 48
+    assert spec.graph_max_bs == 48
+    assert texts.SPEC_MAX_RUNNING_RESET in spec.main_warnings
+    adjusted = _plan(pcie, spec=_eagle(3, 1, 8))
+    assert adjusted.spec is not None
+    assert adjusted.spec.draft_tokens == 4
+    assert texts.SPEC_DRAFT_TOKENS_ADJUSTED in adjusted.main_warnings
+
+
+def test_capture_batch_sizes_match_sglang() -> None:
+    sizes = capture_batch_sizes(512, speculative=False)
+    assert sizes[:6] == [1, 2, 4, 8, 12, 16]
+    assert sizes[-1] == 512
+    assert len(sizes) == 52
+    assert capture_batch_sizes(48, speculative=True)[:9] == [1, 2, 3, 4, 5, 6, 7, 8, 10]
+    assert capture_batch_sizes(100, speculative=False)[-1] == 100
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "stage", "needle"),
+    [
+        ({"mem_fraction_static": 0.70}, "memory_pool", texts.NOT_ENOUGH_MEMORY),
+        ({"mem_fraction_static": 0.96}, "capture", "Capture cuda graph failed: CUDA out of memory"),
+        ({"mem_fraction_static": 0.80, "ep_size": 8}, "memory_pool", texts.NOT_ENOUGH_MEMORY),
+        ({"tp_size": 4}, "load", "torch.OutOfMemoryError: CUDA out of memory"),
+        ({"tp_size": 16}, "distributed", "CUDA error: invalid device ordinal"),
+        ({"fusion_backend": "auto"}, "workspace", texts.FUSION_REQUIRES_SM90),
+        ({"nccl_algo": "NVLS"}, "distributed", "NCCL error: invalid usage"),
+        ({"spec": SpecSettings("EAGLE3", 2, 2, 8, "d")}, "draft_capture", "selected index k"),
+        ({"spec": SpecSettings("EAGLE3", 1, 2, 4, "d")}, "warmup", "selected index k"),
+        ({"spec": SpecSettings("EAGLE3", 0, 2, 2, "d")}, "warmup", texts.CAT_EMPTY),
+        ({"spec": SpecSettings("EAGLE3", None, 2, None, "d")}, "args", "AssertionError"),
+        ({"spec": SpecSettings("MEDUSA", 3, 1, 4, "d")}, "args", "Unknown speculative algorithm"),
+        ({"moe_a2a_backend": "flashinfer", "ep_size": 8}, "args", texts.A2A_TOPOLOGY_NEW),
+        (
+            {
+                "moe_a2a_backend": "flashinfer",
+                "ep_size": 8,
+                "enable_dp_attention": True,
+                "dp_size": 8,
+                "moe_runner_backend": "flashinfer_cutlass",
+            },
+            "workspace",
+            "torch.OutOfMemoryError",
+        ),
+        ({"torch_symm_mem": True, "flavor": "old"}, "distributed", "KeyError: 12"),
+        ({"moe_a2a_backend": "flashinfer", "flavor": "old"}, "args", texts.A2A_TOPOLOGY_OLD),
+    ],
+)
+def test_configurations_fail_like_sglang(
+    pcie: Profile, kwargs: dict[str, object], stage: str, needle: str
+) -> None:
+    kwargs = dict(kwargs)
+    if "tp_size" in kwargs:
+        config = NodeConfig(flavor="new", model_path="m", **kwargs)  # type: ignore[arg-type]
+        plan = plan_node(pcie, config)
+    else:
+        plan = _plan(pcie, **kwargs)
+    assert plan.failure is not None
+    assert plan.failure.stage == stage
+    assert needle in plan.failure.text
+    assert plan.failure.text.startswith("Traceback (most recent call last):")
+
+
+def test_unsupported_features_only_warn_where_sglang_warns(pcie: Profile) -> None:
+    symm = _plan(pcie, torch_symm_mem=True)
+    assert symm.failure is None
+    assert symm.allreduce_impl == "nccl"
+    assert texts.symm_mem_unsupported_line(12) in symm.rank_warnings
+    assert any("PCIe-only GPUs" in w for w in _plan(pcie).rank_warnings)
+    old_fusion = _plan(pcie, fusion_backend="auto", flavor="old")
+    assert old_fusion.failure is None
+    assert any(texts.NO_SUPPORTED_ARCH_9_10 in w for w in old_fusion.rank_warnings)
+    tree = _perf(pcie, nccl_algo="Tree").expected_decode_tok_s(1)
+    ring = _perf(pcie).expected_decode_tok_s(1)
+    assert tree <= ring
+
+
+def test_h200_fast_allreduce_paths_are_used(h200: Profile) -> None:
+    assert _plan(h200).allreduce_impl == "custom"
+    assert _plan(h200, disable_custom_all_reduce=True).allreduce_impl == "nccl"
+    assert _plan(h200, torch_symm_mem=True).allreduce_impl == "torch_symm_mem"
+    fused = _perf(h200, fusion_backend="auto")
+    assert fused.plan.allreduce_impl == "flashinfer_fusion"
+    assert fused.expected_decode_tok_s(1) > _perf(h200).expected_decode_tok_s(1)
+
+
+def test_model_is_deterministic_given_seed(pcie: Profile) -> None:
+    a = _perf(pcie, seed=7, spec=_eagle())
+    b = _perf(pcie, seed=7, spec=_eagle())
+    c = _perf(pcie, seed=8, spec=_eagle())
+    assert [a.noisy(10.0) for _ in range(5)] == [b.noisy(10.0) for _ in range(5)]
+    draws_a = [a.sampler(3, natural=True).next(99) for _ in range(1)]
+    draws_b = [b.sampler(3, natural=True).next(99) for _ in range(1)]
+    assert draws_a == draws_b
+    assert a.boot_factor != c.boot_factor
+    assert abs(a.boot_factor - 1.0) < 0.03
+
+
+def test_accept_sampler_converges_and_random_tokens_accept_less(pcie: Profile) -> None:
+    perf = _perf(pcie, spec=_eagle(4, 1, 5))
+    expected = perf.expected_accept_length(natural=True)
+    sampler = perf.sampler(1, natural=True)
+    draws = [sampler.next(100)[0] for _ in range(300)]
+    assert sum(draws) / len(draws) == pytest.approx(expected, rel=0.02)
+    assert max(draws) <= 5
+    assert min(draws) >= 1
+    assert perf.expected_accept_length(natural=False) < 1.15 < expected
+
+
+def test_accept_sampler_respects_the_token_limit() -> None:
+    sampler = AcceptSampler([0.99, 0.99, 0.99], seed=1)
+    assert all(sampler.next(2)[0] <= 2 for _ in range(50))
+
+
+def test_adapt_args_and_parse_command_line() -> None:
+    from spec_sweep.manifest import load_manifest
+
+    new = load_manifest("0.5.23")
+    assert adapt_args(["--cuda-graph-max-bs", "128"], new) == ["--cuda-graph-max-bs-decode", "128"]
+    options, config = parse_command_line(
+        [
+            "--model-path",
+            "m",
+            "--tp-size",
+            "8",
+            "--cuda-graph-max-bs-decode",
+            "128",
+            "--random-seed",
+            "5",
+            "--sim-fault",
+            "hang-after=3,ignore-sigterm",
+        ],
+        {"NCCL_ALGO": "Tree", "SPEC_SWEEP_SIM_TIME_SCALE": "0.25"},
+    )
+    assert config.tp_size == 8
+    assert config.cuda_graph_max_bs == 128
+    assert config.nccl_algo == "Tree"
+    assert options.seed == 5
+    assert options.time_scale == 0.25
+    assert options.flavor == "new"
+    assert options.faults.hang_after == 3
+    assert options.faults.ignore_sigterm
+    assert options.profile == PCIE
+
+
+def test_parse_command_line_rejects_like_argparse(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_command_line(["--model-path", "m", "--bogus"], {})
+    assert exc.value.code == 2
+    assert "error: unrecognized arguments: --bogus" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_command_line(["--model-path", "m", "--sim-fault", "explode"], {})
+    assert "argument --sim-fault: invalid choice: 'explode'" in capsys.readouterr().err
