@@ -1,0 +1,715 @@
+"""The load generator: httpx async streaming requests against SGLang's native `/generate`.
+
+This module owns the client side of a trial's benchmark (DESIGN 2 step 4, 4.2 `workload`): which
+prompts are sent (`load_prompts`: random token ids of exactly `input_len` tokens, the built-in
+text prompt set, or a JSON/JSONL file of text prompts, ShareGPT layout accepted), how they are
+sent (one `httpx.AsyncClient` per benchmark, `concurrency` requests in flight per level, warm-up
+first, `max_new_tokens = output_len` with `ignore_eos`, greedy sampling) and what is recorded for
+each request (`RequestOutput`: TTFT, inter-token latencies, server-counted tokens, error). It is
+the only module that imports httpx. Turning records into metrics is `spec_sweep.metrics`' job.
+
+Stream format (SGLang 0.5.x `http_server.generate_request`): one `data: {json}` SSE event per
+scheduler output, ending with `data: [DONE]`; each event carries the (by default cumulative)
+`text` and a `meta_info` with the cumulative `completion_tokens`; the last one also carries
+`prompt_tokens`, `finish_reason`, `e2e_latency` and, for speculative decoding, `spec_verify_ct`.
+An error inside the stream is `data: {"error": {"message": ...}}`; an aborted request has
+`finish_reason.type == "abort"`. To keep the client cheap, a streamed event is never fully
+parsed: `completion_tokens` is read straight from the bytes (JSON escapes every quote inside a
+string value, so the key pattern cannot occur inside the generated text); only the last event of
+a request, and any event without `completion_tokens`, goes through `json.loads`.
+
+Timing follows SGLang's `bench_serving.py` (`async_request_sglang_generate`): TTFT is the time
+from sending the request to the first event that carries output tokens; for every later event
+that carries `n` new tokens (speculative decoding commits several tokens per step), the gap since
+the previous token-bearing event is divided evenly into `n` inter-token latencies, so that
+`len(itl_s) == output_tokens - tokens of the first event` and ITL percentiles weigh every token
+alike; latency runs to the end of the stream. Token counts come from the server's `meta_info`,
+never from counting events.
+
+A failed request is data (`RequestOutput.error`). A request that exceeds `request_timeout_s`
+(an asyncio timeout around the whole request, connect included) means the server is hung: the
+level is marked hung, its requests still in flight are cancelled and recorded as such, and no
+further level runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import random
+import re
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import httpx
+
+from spec_sweep.spec import SpecError, WorkloadSpec
+
+__all__ = [
+    "CONSERVATIVE_ID_RANGE",
+    "BenchResult",
+    "LevelResult",
+    "Prompt",
+    "RequestOutput",
+    "load_prompts",
+    "run_benchmark",
+    "run_benchmark_sync",
+]
+
+#: A prompt: text (sent as `text`) or token ids (sent as `input_ids`).
+Prompt: TypeAlias = str | list[int]
+
+#: Token ids drawn when the model's vocabulary size is unknown: valid for any vocabulary of at
+#: least 30,000 entries, and above the low ids where most tokenizers keep their special tokens.
+CONSERVATIVE_ID_RANGE: tuple[int, int] = (100, 30000)
+
+_BUILTIN_RESOURCE = ("data", "prompts.jsonl")
+_HUMAN_ROLES = frozenset({"human", "user"})
+# `"completion_tokens": 12`; JSON escapes every quote inside a string, so only the key matches.
+_CT_KEY = b'"completion_tokens"'
+_CT_KEY_LEN = len(_CT_KEY)
+_CT_VALUE = re.compile(rb"\s*:\s*(\d+)")
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+_SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+_SERVER_INFO_TIMEOUT_S = 10.0
+_HTTPX_SLACK_S = 30.0  # httpx's own timeouts must never fire before the asyncio one
+_MAX_ERROR_CHARS = 300
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """One request's record (hot path: a plain slots dataclass).
+
+    Attributes:
+        prompt_tokens: Prompt tokens as counted by the server (`meta_info.prompt_tokens`).
+        output_tokens: Generated tokens as counted by the server (`meta_info.completion_tokens`).
+        ttft_s: Seconds from sending the request to the first event carrying output tokens.
+        itl_s: Inter-token latencies in seconds: the gap before each token-bearing event after
+            the first, divided evenly among the tokens it carries (bench_serving's convention).
+        latency_s: Seconds from sending the request to the end of its stream (or its failure).
+        start_s: When the request was sent, in seconds since its level started.
+        spec_verify_ct: Speculative verify steps (`meta_info.spec_verify_ct`), if reported.
+        error: Why the request failed; None when it succeeded.
+        e2e_latency_s: The server's own end-to-end latency (`meta_info.e2e_latency`), if
+            reported; `latency_s - e2e_latency_s` is what the network and the client added.
+    """
+
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    itl_s: list[float] = field(default_factory=list, repr=False)
+    latency_s: float = 0.0
+    start_s: float = 0.0
+    spec_verify_ct: int | None = None
+    error: str | None = None
+    e2e_latency_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LevelResult:
+    """The requests of one concurrency level.
+
+    Attributes:
+        concurrency: Requests kept in flight.
+        outputs: One record per request sent, in sending order (cancelled ones included).
+        duration_s: Wall time from the level's first request to the end of its last.
+        server_accept_length: `internal_states[0].avg_spec_accept_length` from `/server_info`
+            read after the level (SGLang accumulates it since boot or the last cache flush, so it
+            includes earlier levels and the warm-up); None when absent or unreadable.
+        hung: Whether a request exceeded `request_timeout_s`.
+    """
+
+    concurrency: int
+    outputs: tuple[RequestOutput, ...]
+    duration_s: float
+    server_accept_length: float | None
+    hung: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """A whole benchmark: the levels run, in order, and a summary of what went wrong.
+
+    Attributes:
+        levels: The levels that ran; a hung level is the last one.
+        prompt_source: What was sent, e.g. "builtin text prompts (48)" or "random ids in
+            [0, 151936) (vocab_size from /m/config.json)".
+        hung: Whether the server stopped answering (during the warm-up or a level).
+        error_count: Failed measured requests (failed warm-up requests when the warm-up hung).
+        first_error: The message of the earliest failure, None when nothing failed.
+    """
+
+    levels: tuple[LevelResult, ...]
+    prompt_source: str
+    hung: bool
+    error_count: int
+    first_error: str | None
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+
+
+def load_prompts(workload: WorkloadSpec, *, model_path: str) -> tuple[list[Prompt], str]:
+    """The prompts of a workload, deterministic from `workload.seed`, and where they came from.
+
+    For `dataset: random`, one distinct list of exactly `input_len` token ids per request the
+    benchmark sends (`warmup_prompts + num_prompts * len(concurrency)`), so that no prompt
+    repeats and prefix caching cannot flatter later levels. Ids are drawn from
+    `[0, vocab_size)` when `model_path` is a readable directory whose `config.json` (or
+    `tokenizer.json`) gives the vocabulary size, else from `CONSERVATIVE_ID_RANGE`; the returned
+    description says which. For text datasets (`builtin` or a JSON/JSONL file), every usable
+    prompt of the set, shuffled with the seed; the benchmark cycles through them.
+
+    Args:
+        workload: The workload spec.
+        model_path: The served model's `--model-path` (a local directory, or anything else).
+
+    Returns:
+        The prompts and a one-line description of their source for the trial record.
+
+    Raises:
+        SpecError: the dataset file is unreadable or holds no usable prompt.
+    """
+    rng = random.Random(workload.seed)
+    if workload.dataset == "random":
+        lo, hi, why = _id_range(model_path)
+        count = workload.warmup_prompts + workload.num_prompts * len(workload.concurrency)
+        population = range(lo, hi)
+        prompts: list[Prompt] = [
+            rng.choices(population, k=workload.input_len) for _ in range(count)
+        ]
+        return prompts, f"random ids in [{lo}, {hi}) ({why})"
+    if workload.dataset == "builtin":
+        resource = resources.files("spec_sweep").joinpath(*_BUILTIN_RESOURCE)
+        texts = _parse_dataset(resource.read_text(encoding="utf-8"), "builtin prompt set")
+        source = f"builtin text prompts ({len(texts)})"
+    else:
+        path = Path(workload.dataset)
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(
+                f"workload.dataset: cannot read {str(path)!r} ({exc}): check the path"
+            ) from exc
+        texts = _parse_dataset(raw, str(path))
+        source = f"text prompts from {path} ({len(texts)})"
+    text_prompts: list[Prompt] = list(texts)
+    rng.shuffle(text_prompts)
+    return text_prompts, source
+
+
+def _id_range(model_path: str) -> tuple[int, int, str]:
+    """The token-id range for random prompts and the reason for it."""
+    lo, hi = CONSERVATIVE_ID_RANGE
+    directory = Path(model_path)
+    if not directory.is_dir():
+        return lo, hi, "model path unreadable: conservative range"
+    config = directory / "config.json"
+    vocab = _config_vocab(config)
+    if vocab is not None:
+        return 0, vocab, f"vocab_size from {config}"
+    tokenizer = directory / "tokenizer.json"
+    vocab = _tokenizer_vocab(tokenizer)
+    if vocab is not None:
+        return 0, vocab, f"vocabulary size from {tokenizer}"
+    return lo, hi, f"no vocab_size in {config}: conservative range"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _config_vocab(path: Path) -> int | None:
+    """`vocab_size` of a Hugging Face config, top level or in a multimodal model's text config."""
+    config = _read_json(path)
+    if not isinstance(config, dict):
+        return None
+    candidates = [config]
+    for key in ("text_config", "llm_config", "language_config"):
+        nested = config.get(key)
+        if isinstance(nested, dict):
+            candidates.append(nested)
+    for candidate in candidates:
+        vocab = candidate.get("vocab_size")
+        if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0:
+            return vocab
+    return None
+
+
+def _tokenizer_vocab(path: Path) -> int | None:
+    """One past the largest token id of a `tokenizers` JSON file (base and added tokens)."""
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        return None
+    ids: list[int] = []
+    model = data.get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        ids.extend(v for v in vocab.values() if isinstance(v, int))
+    elif isinstance(vocab, list):  # Unigram: a list of [piece, score]
+        ids.append(len(vocab) - 1)
+    added = data.get("added_tokens")
+    if isinstance(added, list):
+        ids.extend(t["id"] for t in added if isinstance(t, dict) and isinstance(t.get("id"), int))
+    return max(ids) + 1 if ids else None
+
+
+def _parse_dataset(raw: str, name: str) -> list[str]:
+    """Text prompts of a JSON list or JSONL file (strings, text/prompt objects or ShareGPT)."""
+    items: list[Any]
+    try:
+        whole = json.loads(raw)
+    except ValueError:
+        items = []
+        for number, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(json.loads(line))
+            except ValueError as exc:
+                raise SpecError(
+                    f"workload.dataset: {name}: line {number} is not JSON ({exc.args[0]}): "
+                    "give a JSON list or one JSON value per line"
+                ) from exc
+    else:
+        if isinstance(whole, list):
+            items = whole
+        elif isinstance(whole, dict | str):
+            items = [whole]  # a JSONL file with a single line
+        else:
+            raise SpecError(
+                f"workload.dataset: {name}: expected a list of prompts, got "
+                f"{type(whole).__name__}: give a JSON list or one JSON value per line"
+            )
+    texts = [text for text in map(_prompt_text, items) if text]
+    if not texts:
+        raise SpecError(
+            f"workload.dataset: {name}: no usable prompt among {len(items)} entries: give "
+            "strings, objects with 'text' or 'prompt', or ShareGPT 'conversations' with a "
+            "human turn"
+        )
+    return texts
+
+
+def _prompt_text(item: Any) -> str | None:
+    if isinstance(item, str):
+        return item if item.strip() else None
+    if not isinstance(item, dict):
+        return None
+    for key in ("text", "prompt"):
+        value = item.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    turns = item.get("conversations")
+    if isinstance(turns, list):
+        for turn in turns:
+            if not isinstance(turn, dict):
+                continue
+            role = turn.get("from", turn.get("role"))
+            value = turn.get("value", turn.get("content"))
+            if role in _HUMAN_ROLES:
+                return value if isinstance(value, str) and value.strip() else None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark
+
+
+async def run_benchmark(
+    base_url: str,
+    workload: WorkloadSpec,
+    *,
+    model_path: str,
+    request_timeout_s: float,
+) -> BenchResult:
+    """Warm up, then measure each concurrency level of `workload` in turn on one server.
+
+    Args:
+        base_url: The server, e.g. "http://127.0.0.1:30000".
+        workload: What to send and at which concurrency levels.
+        model_path: The served model's path (for the vocabulary of random prompts).
+        request_timeout_s: The most one request may take; beyond it the server counts as hung.
+
+    Returns:
+        The levels measured (stopping at a hung one) and an error summary.
+
+    Raises:
+        SpecError: the dataset file is unreadable or holds no usable prompt.
+    """
+    prompts, source = await asyncio.to_thread(load_prompts, workload, model_path=model_path)
+    levels = workload.concurrency
+    width = max(levels)
+    cursor = 0
+
+    url = f"{base_url.rstrip('/')}/generate"
+
+    def take(count: int) -> list[httpx.Request]:
+        """The next `count` requests, built before their level starts (off the hot path)."""
+        nonlocal cursor
+        start, cursor = cursor, cursor + count
+        return [
+            httpx.Request(
+                "POST",
+                url,
+                content=_payload(prompts[i % len(prompts)], workload),
+                headers=_JSON_HEADERS,
+            )
+            for i in range(start, cursor)
+        ]
+
+    results: list[LevelResult] = []
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(_connection(base_url, request_timeout_s))
+            for _ in range(width)
+        ]
+        if workload.warmup_prompts:
+            warmup = await _run_level(
+                clients,
+                take(workload.warmup_prompts),
+                concurrency=min(workload.warmup_prompts, width),
+                request_timeout_s=request_timeout_s,
+            )
+            if warmup.hung:
+                failed = [o for o in warmup.outputs if o.error is not None]
+                message = _first_error((warmup,))
+                return BenchResult(
+                    levels=(),
+                    prompt_source=source,
+                    hung=True,
+                    error_count=len(failed),
+                    first_error=f"warm-up: {message}",
+                )
+        for concurrency in levels:
+            level = await _run_level(
+                clients,
+                take(workload.num_prompts),
+                concurrency=concurrency,
+                request_timeout_s=request_timeout_s,
+            )
+            if not level.hung:
+                accept = await _server_accept_length(
+                    clients[0], min(request_timeout_s, _SERVER_INFO_TIMEOUT_S)
+                )
+                level = dataclasses.replace(level, server_accept_length=accept)
+            results.append(level)
+            if level.hung:
+                break
+    return BenchResult(
+        levels=tuple(results),
+        prompt_source=source,
+        hung=any(level.hung for level in results),
+        error_count=sum(1 for lv in results for o in lv.outputs if o.error is not None),
+        first_error=_first_error(results),
+    )
+
+
+def run_benchmark_sync(
+    base_url: str,
+    workload: WorkloadSpec,
+    *,
+    model_path: str,
+    request_timeout_s: float,
+) -> BenchResult:
+    """`run_benchmark` in a fresh event loop (for callers without one)."""
+    return asyncio.run(
+        run_benchmark(
+            base_url, workload, model_path=model_path, request_timeout_s=request_timeout_s
+        )
+    )
+
+
+def _connection(base_url: str, request_timeout_s: float) -> httpx.AsyncClient:
+    """The HTTP client of one in-flight slot: a pool of one kept-alive connection.
+
+    One pool per slot rather than one shared pool: httpcore (1.0.x) re-scans every pooled
+    connection for each idle one whenever a request starts or ends, which is quadratic in the
+    concurrency and made a shared 64-connection pool the bottleneck exactly when a batch of
+    requests finishes together. Plain-HTTP servers get no certificate store (loading one costs
+    ~30 ms of CPU per client).
+    """
+    return httpx.AsyncClient(
+        base_url=base_url,
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        timeout=httpx.Timeout(request_timeout_s + _HTTPX_SLACK_S, read=None),
+        trust_env=False,
+        verify=_tls_context() if base_url.startswith("https:") else False,
+    )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def _payload(prompt: Prompt, workload: WorkloadSpec) -> bytes:
+    """The `/generate` request body, serialised before the level starts (off the hot path)."""
+    body = {
+        "text" if isinstance(prompt, str) else "input_ids": prompt,
+        "sampling_params": {
+            "temperature": 0.0,
+            "max_new_tokens": workload.output_len,
+            "ignore_eos": True,
+        },
+        "stream": True,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _first_error(levels: Sequence[LevelResult]) -> str | None:
+    """The error of the request that failed first (levels run one after another)."""
+    for level in levels:
+        failed = [o for o in level.outputs if o.error is not None]
+        if failed:
+            return min(failed, key=lambda o: o.start_s + o.latency_s).error
+    return None
+
+
+async def _run_level(
+    clients: Sequence[httpx.AsyncClient],
+    requests: list[httpx.Request],
+    *,
+    concurrency: int,
+    request_timeout_s: float,
+) -> LevelResult:
+    """Send `payloads` with `concurrency` requests in flight (worker k uses `clients[k]`); stop
+    everything on a hang."""
+    total = len(requests)
+    outputs: list[RequestOutput] = []
+    in_flight: dict[int, RequestOutput] = {}
+    workers: list[asyncio.Task[None]] = []
+    hung = False
+    next_index = 0
+    t0 = time.perf_counter()
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal hung, next_index
+        while next_index < total and not hung:
+            index = next_index
+            next_index += 1
+            out = RequestOutput()
+            outputs.append(out)
+            in_flight[index] = out
+            try:
+                async with asyncio.timeout(request_timeout_s):
+                    await _send(client, requests[index], out, t0)
+            except TimeoutError:
+                out.error = (
+                    f"no complete answer within request_timeout_s={request_timeout_s:g} s "
+                    f"(server hung?) after {out.output_tokens} output tokens"
+                )
+                out.latency_s = time.perf_counter() - t0 - out.start_s
+                del in_flight[index]
+                if not hung:
+                    hung = True
+                    current = asyncio.current_task()
+                    for task in workers:
+                        if task is not current:
+                            task.cancel()
+                return
+            del in_flight[index]
+
+    workers.extend(asyncio.create_task(worker(c)) for c in clients[: min(concurrency, total)])
+    await asyncio.gather(*workers, return_exceptions=True)
+    end = time.perf_counter()
+    for out in in_flight.values():  # cancelled because another request hung
+        out.error = "cancelled: another request of this level exceeded request_timeout_s"
+        out.latency_s = end - t0 - out.start_s
+    return LevelResult(
+        concurrency=concurrency,
+        outputs=tuple(outputs),
+        duration_s=end - t0,
+        server_accept_length=None,
+        hung=hung,
+    )
+
+
+async def _send(
+    client: httpx.AsyncClient, request: httpx.Request, out: RequestOutput, t0: float
+) -> None:
+    """Stream one `/generate` request into `out`; every failure becomes `out.error`."""
+    start = time.perf_counter()
+    out.start_s = start - t0
+    last_time = start
+    last_count = 0
+    last_event = b""
+    done = False
+    error: str | None = None
+    itl = out.itl_s
+    try:
+        r = await client.send(request, stream=True)
+        try:
+            if r.status_code != 200:
+                body = await r.aread()
+                out.error = f"HTTP {r.status_code}: {_error_text(body)}"
+                out.latency_s = time.perf_counter() - start
+                return
+            pending = b""
+            async for chunk in r.aiter_bytes():
+                now = time.perf_counter()
+                lines = (pending + chunk if pending else chunk).split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue  # blank separator, SSE comment or other field
+                    data = line[5:].strip()
+                    at = data.rfind(_CT_KEY)
+                    match = _CT_VALUE.match(data, at + _CT_KEY_LEN) if at >= 0 else None
+                    if match is None:
+                        if data == b"[DONE]":
+                            done = True
+                        else:
+                            error = error or _event_error(data)
+                        continue
+                    last_event = data
+                    count = int(match[1])
+                    if count > last_count:
+                        if last_count == 0:
+                            out.ttft_s = now - start
+                        else:
+                            new = count - last_count
+                            itl.extend([(now - last_time) / new] * new)
+                        last_time = now
+                        last_count = out.output_tokens = count
+            end = time.perf_counter()
+        finally:
+            await r.aclose()
+    except Exception as exc:  # a failed request is data, never an exception
+        out.error = _exception_text(exc, out.output_tokens)
+        out.latency_s = time.perf_counter() - start
+        return
+    out.latency_s = end - start
+    out.error = error or _finish(out, last_event, done=done)
+
+
+def _finish(out: RequestOutput, last_event: bytes, *, done: bool) -> str | None:
+    """Fill the final `meta_info` counts into `out`; the error of the request, if any."""
+    if not last_event:
+        return "the stream ended without any data event"
+    try:
+        final = json.loads(last_event)
+    except ValueError:
+        return f"unparsable final event: {_clip(last_event.decode(errors='replace'))}"
+    if not isinstance(final, dict):
+        return f"unexpected final event: {_clip(repr(final))}"
+    if "error" in final:
+        return _error_message(final["error"])
+    meta = final.get("meta_info")
+    if not isinstance(meta, dict):
+        return "the final event has no meta_info"
+    out.output_tokens = _as_int(meta.get("completion_tokens"), out.output_tokens)
+    out.prompt_tokens = _as_int(meta.get("prompt_tokens"), 0)
+    e2e = meta.get("e2e_latency")
+    if isinstance(e2e, int | float) and not isinstance(e2e, bool) and math.isfinite(e2e):
+        out.e2e_latency_s = float(e2e)
+    verify = meta.get("spec_verify_ct")
+    out.spec_verify_ct = (
+        verify if isinstance(verify, int) and not isinstance(verify, bool) else None
+    )
+    reason = meta.get("finish_reason")
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        return f"aborted by the server: {_error_message(reason)}"
+    if not done and reason is None:
+        return f"the stream ended early (no [DONE]) after {out.output_tokens} output tokens"
+    if out.output_tokens <= 0:
+        return "the server finished without generating a token"
+    return None
+
+
+def _event_error(data: bytes) -> str | None:
+    """The error carried by an event without `completion_tokens`, if any."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return f"unparsable event: {_clip(data.decode(errors='replace'))}"
+    if isinstance(event, dict) and "error" in event:
+        return _error_message(event["error"])
+    return None
+
+
+def _error_message(error: Any) -> str:
+    if isinstance(error, dict):
+        message = error.get("message", error)
+        return _clip(str(message))
+    return _clip(str(error))
+
+
+def _error_text(body: bytes) -> str:
+    """The readable part of an error response body (SGLang: `{"error": {"message": ...}}`)."""
+    text = body.decode(errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return _clip(text) or "(empty body)"
+    if isinstance(data, dict):
+        for key in ("error", "detail", "message"):
+            if key in data:
+                return _error_message(data[key])
+    return _clip(text)
+
+
+def _exception_text(exc: Exception, tokens: int) -> str:
+    detail = str(exc) or repr(exc)
+    where = f" after {tokens} output tokens" if tokens else ""
+    return _clip(f"{type(exc).__name__}{where}: {detail}")
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+def _as_int(value: Any, default: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return default
+
+
+async def _server_accept_length(client: httpx.AsyncClient, timeout_s: float) -> float | None:
+    """`internal_states[0].avg_spec_accept_length` of `/server_info` (or `/get_server_info`)."""
+    for path in _SERVER_INFO_PATHS:
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await client.get(path)
+        except (TimeoutError, httpx.HTTPError):
+            continue
+        if response.status_code != 200:
+            continue
+        try:
+            info = response.json()
+        except ValueError:
+            continue
+        return _accept_length_of(info)
+    return None
+
+
+def _accept_length_of(info: Any) -> float | None:
+    if not isinstance(info, dict):
+        return None
+    states = info.get("internal_states")
+    places = [states[0]] if isinstance(states, list) and states else []
+    places.append(info)  # SGLang < 0.4.4 spread the internal state into the top level
+    for place in places:
+        value = place.get("avg_spec_accept_length") if isinstance(place, dict) else None
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0
+        ):
+            return float(value)
+    return None

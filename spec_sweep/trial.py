@@ -1,0 +1,331 @@
+"""One trial end to end: GPU guard, server launch, readiness, benchmark, teardown, classify.
+
+This module owns `run_trial(spec, config) -> TrialResult`, usable with or without Ray. The order
+is fixed: wait until the node's GPUs are free (NVML), launch the server with the trial's flags
+and environment, wait for readiness while the log watcher looks for fatal lines, warm up and run
+the benchmark while still watching the log and the process, stop the whole process group,
+confirm the GPU memory was released, then classify with `failures.classify`. A configuration
+that fails is a result (`TrialResult.failure_mode`), never an exception; `TrialError` is only
+for the machinery around it. It also owns `spec-sweep trial`, which prints one trial's outcome.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from spec_sweep import gpu
+from spec_sweep.client import BenchResult, run_benchmark_sync
+from spec_sweep.failures import FailureMode, classify
+from spec_sweep.metrics import bench_metrics
+from spec_sweep.server import ServerProcess, free_port, group_pids, launch_server
+from spec_sweep.space import Config, build_command, resolve_config
+from spec_sweep.spec import SpecError, SweepSpec
+
+__all__ = ["TrialResult", "run_trial", "trial_command"]
+
+_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """How one trial ended, with everything needed to record it.
+
+    Attributes:
+        trial_id: The trial's id (unique within a sweep).
+        config: The configuration (parameter key -> value).
+        failure_mode: Exactly one outcome (DESIGN 4.3).
+        reason: One line saying why.
+        metrics: Metric name -> value (DESIGN 4.4), only what was measured.
+        command: The server argv as launched (`python` not yet resolved).
+        env: The environment variables the trial added.
+        log_path: The server log, if a server was launched.
+        log_excerpt: The log lines that decided the outcome.
+        elapsed_s: Wall time of the whole trial.
+        prompt_source: Where the prompts came from (random ids and their range, or text).
+        exit_code: The server's own exit status, if it exited before being stopped.
+        gpu_released: Whether the GPU memory was confirmed released (None without GPUs).
+        started_at: Wall-clock start (epoch seconds).
+    """
+
+    trial_id: str
+    config: Config
+    failure_mode: FailureMode
+    reason: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: str | None = None
+    log_excerpt: str = ""
+    elapsed_s: float = 0.0
+    prompt_source: str = ""
+    exit_code: int | None = None
+    gpu_released: bool | None = None
+    started_at: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the trial was measured."""
+        return self.failure_mode is FailureMode.NONE
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = asdict(self)
+        out["failure_mode"] = self.failure_mode.value
+        out["command"] = list(self.command)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
+        """The inverse of `to_dict`."""
+        values = dict(data)
+        values["failure_mode"] = FailureMode(values["failure_mode"])
+        values["command"] = tuple(values.get("command", ()))
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+
+def run_trial(
+    spec: SweepSpec,
+    config: Mapping[str, Any],
+    *,
+    trial_dir: Path,
+    trial_id: str = "trial",
+    simulate: bool = False,
+    extra_env: Mapping[str, str] | None = None,
+    grace_s: float = 10.0,
+    on_launch: Callable[[ServerProcess], None] | None = None,
+) -> TrialResult:
+    """Run one configuration through the whole trial path.
+
+    Args:
+        spec: The sweep.
+        config: The configuration to run (parameter key -> value).
+        trial_dir: Where the trial's files go (server.log, command.txt, bench.json, the server
+            record used to clean up after a killed driver).
+        trial_id: The trial's id.
+        simulate: Launch the simulated node instead of the spec's backend.
+        extra_env: Environment added to the server's (e.g. simulator time scale).
+        grace_s: Seconds between SIGTERM and SIGKILL at teardown.
+        on_launch: Called with the server right after it started (for bookkeeping).
+
+    Returns:
+        The classified outcome; failures of the configuration are results.
+
+    Raises:
+        gpu.GpuBusyError: other processes held the node's GPUs for the whole wait.
+    """
+    started_at = time.time()
+    t0 = time.monotonic()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    config = dict(config)
+    use_gpus = spec.node.gpus > 0 and not simulate and spec.node.backend.value != "sim"
+    if use_gpus:
+        gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s))
+
+    port = free_port(_HOST)
+    command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
+    (trial_dir / "command.txt").write_text(command.shell() + "\n")
+    server = launch_server(
+        command,
+        log_path=trial_dir / "server.log",
+        host=_HOST,
+        port=port,
+        extra_env=extra_env,
+        record_dir=trial_dir,
+    )
+    if on_launch is not None:
+        on_launch(server)
+    deadline = server.started + spec.budget.trial_timeout_s
+    sampler = gpu.PeakMemorySampler(interval_s=0.5) if use_gpus else None
+    bench: BenchResult | None = None
+    exit_code: int | None = None
+    timed_out = False
+    released: bool | None = None
+    try:
+        if sampler is not None:
+            sampler.__enter__()
+        boot_timeout = min(spec.node.boot_timeout_s, spec.budget.trial_timeout_s)
+        ready = server.wait_ready(timeout_s=boot_timeout)
+        exit_code = ready.exit_code
+        if ready.ready:
+            bench, exit_code, timed_out = _benchmark(spec, server, deadline=deadline)
+    finally:
+        pids = group_pids(server.pgid)
+        if exit_code is None and not server.stopped:
+            exit_code = server.proc.poll()
+        server.stop(grace_s=grace_s)
+        if sampler is not None:
+            sampler.__exit__(None, None, None)
+        if use_gpus:
+            released = not gpu.wait_for_release(pids, timeout_s=30.0)
+
+    log_text = server.log_text()
+    bench_error = None
+    if bench is not None and bench.error_count:
+        total = sum(len(level.outputs) for level in bench.levels)
+        bench_error = f"{bench.error_count}/{total} requests failed: {bench.first_error}"
+    outcome = classify(
+        log_text=log_text,
+        exit_code=exit_code,
+        ready=ready.ready,
+        boot_timed_out=ready.timed_out,
+        bench_hung=bool(bench is not None and bench.hung) or timed_out,
+        bench_error=bench_error,
+    )
+    metrics: dict[str, float] = {}
+    if ready.ready:
+        metrics["boot_s"] = round(ready.boot_s, 3)
+    if bench is not None:
+        metrics.update(bench_metrics(bench, multi_level=spec.workload.multi_level))
+        _write_bench(trial_dir / "bench.json", bench)
+    if sampler is not None and sampler.peak_gib is not None:
+        metrics["gpu_mem_peak_gib"] = round(sampler.peak_gib, 3)
+    return TrialResult(
+        trial_id=trial_id,
+        config=config,
+        failure_mode=outcome.mode,
+        reason=outcome.reason,
+        metrics=metrics,
+        command=command.argv,
+        env=dict(command.env),
+        log_path=str(server.log_path),
+        log_excerpt=outcome.excerpt,
+        elapsed_s=round(time.monotonic() - t0, 3),
+        prompt_source=bench.prompt_source if bench is not None else "",
+        exit_code=exit_code,
+        gpu_released=released,
+        started_at=started_at,
+    )
+
+
+def _benchmark(
+    spec: SweepSpec, server: ServerProcess, *, deadline: float
+) -> tuple[BenchResult | None, int | None, bool]:
+    """Run the benchmark in a thread while watching the log, the process and the deadline.
+
+    Returns:
+        The benchmark result (None if it did not finish), the server's exit code if it exited
+        on its own, and whether the trial deadline passed.
+    """
+    box: dict[str, BenchResult] = {}
+
+    def work() -> None:
+        box["bench"] = run_benchmark_sync(
+            server.base_url,
+            spec.workload,
+            model_path=spec.node.model,
+            request_timeout_s=spec.node.request_timeout_s,
+        )
+
+    thread = threading.Thread(target=work, name="benchmark", daemon=True)
+    thread.start()
+    exit_code: int | None = None
+    timed_out = False
+    while thread.is_alive():
+        if server.watcher.fatal is not None:
+            exit_code = server.settle()
+            break
+        exit_code = server.proc.poll()
+        if exit_code is not None:
+            break
+        if time.monotonic() >= deadline:
+            timed_out = True
+            break
+        thread.join(0.05)
+    if thread.is_alive():
+        if exit_code is None:
+            exit_code = server.proc.poll()
+        # Stop the server so the client's requests fail fast, then collect what it measured.
+        server.stop(grace_s=2.0)
+        thread.join(timeout=10.0)
+    return box.get("bench"), exit_code, timed_out
+
+
+def _write_bench(path: Path, bench: BenchResult) -> None:
+    data = {
+        "prompt_source": bench.prompt_source,
+        "hung": bench.hung,
+        "error_count": bench.error_count,
+        "first_error": bench.first_error,
+        "levels": [
+            {
+                "concurrency": level.concurrency,
+                "duration_s": level.duration_s,
+                "server_accept_length": level.server_accept_length,
+                "hung": level.hung,
+                "requests": [asdict(out) for out in level.outputs],
+            }
+            for level in bench.levels
+        ],
+    }
+    path.write_text(json.dumps(data))
+
+
+# ---------------------------------------------------------------------------------------------
+# `spec-sweep trial`
+
+
+def trial_command(spec: SweepSpec, overrides: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """`spec-sweep trial SWEEP.yaml --set K=V ...`: run one configuration and print the outcome.
+
+    Returns 0 whenever the trial reached a classified outcome, failed or not.
+    """
+    from spec_sweep.paths import manual_trial_dir
+
+    try:
+        config = resolve_config(spec, {**spec.baseline, **overrides}, what="--set values")
+    except ValueError as exc:
+        raise SpecError(f"--set: {exc}") from exc
+    simulate = bool(args.simulate or args.replay)
+    trial_dir = manual_trial_dir(spec)
+    result = run_trial(
+        spec, config, trial_dir=trial_dir, trial_id=trial_dir.name, simulate=simulate
+    )
+    if args.tracking_uri or spec.tracking.uri:
+        from spec_sweep.tracking import log_single_trial
+
+        log_single_trial(spec, result, tracking_uri=args.tracking_uri)
+
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "failure_mode": result.failure_mode.value,
+                    "metrics": result.metrics,
+                    "command": list(result.command),
+                    "log_excerpt": result.log_excerpt,
+                    "elapsed_s": result.elapsed_s,
+                }
+            )
+        )
+        return 0
+    _print_result(result)
+    return 0
+
+
+def _print_result(result: TrialResult) -> None:
+    console = Console(soft_wrap=True, highlight=False)
+    style = "green" if result.ok else "red"
+    console.print(f"[{style}]failure_mode: {result.failure_mode.value}[/] ({result.reason})")
+    console.print(f"config: {json.dumps(result.config)}")
+    if result.metrics:
+        table = Table("metric", "value", title="metrics")
+        for name, value in sorted(result.metrics.items()):
+            table.add_row(name, f"{value:.4g}")
+        console.print(table)
+    if result.prompt_source:
+        console.print(f"prompts: {result.prompt_source}")
+    if result.log_excerpt and not result.ok:
+        console.print("log excerpt:")
+        console.print(result.log_excerpt, markup=False)
+    console.print(f"server log: {result.log_path}  ({result.elapsed_s:.1f} s)")

@@ -1,0 +1,205 @@
+"""Level and trial metrics from per-request records (DESIGN 4.4)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from spec_sweep.client import BenchResult, LevelResult, RequestOutput
+from spec_sweep.metrics import bench_metrics, level_metrics, percentile
+from spec_sweep.spec import LEVEL_METRICS
+
+
+def _ok(
+    tokens: int = 10,
+    *,
+    ttft: float = 0.1,
+    latency: float = 1.0,
+    itl: list[float] | None = None,
+    verify: int | None = None,
+) -> RequestOutput:
+    return RequestOutput(
+        prompt_tokens=5,
+        output_tokens=tokens,
+        ttft_s=ttft,
+        itl_s=itl if itl is not None else [0.1] * (tokens - 1),
+        latency_s=latency,
+        spec_verify_ct=verify,
+    )
+
+
+def _failed(message: str = "HTTP 500: boom") -> RequestOutput:
+    return RequestOutput(output_tokens=0, latency_s=0.01, error=message)
+
+
+def _level(
+    *outputs: RequestOutput,
+    concurrency: int = 1,
+    duration: float = 2.0,
+    server_accept: float | None = None,
+    hung: bool = False,
+) -> LevelResult:
+    return LevelResult(
+        concurrency=concurrency,
+        outputs=outputs,
+        duration_s=duration,
+        server_accept_length=server_accept,
+        hung=hung,
+    )
+
+
+def _bench(*levels: LevelResult) -> BenchResult:
+    errors = [o.error for lv in levels for o in lv.outputs if o.error]
+    return BenchResult(
+        levels=levels,
+        prompt_source="builtin text prompts (50)",
+        hung=any(lv.hung for lv in levels),
+        error_count=len(errors),
+        first_error=errors[0] if errors else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# percentile
+
+
+def test_percentile_matches_numpy_linear() -> None:
+    values = [15.0, 20.0, 35.0, 40.0, 50.0]
+    assert percentile(values, 0) == 15.0
+    assert percentile(values, 100) == 50.0
+    assert percentile(values, 50) == 35.0
+    assert percentile(values, 40) == pytest.approx(29.0)  # numpy.percentile(values, 40)
+    assert percentile(values, 99) == pytest.approx(49.6)  # numpy.percentile(values, 99)
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0  # order does not matter
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+
+
+def test_percentile_edge_cases() -> None:
+    assert percentile([], 50) is None
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0], 101)
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0], -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# level_metrics
+
+
+def test_throughput_counts_successful_requests_over_wall_time() -> None:
+    level = _level(_ok(10), _ok(30), _failed(), duration=4.0)
+    metrics = level_metrics(level)
+    assert metrics["output_throughput"] == pytest.approx(40 / 4.0)
+    assert metrics["request_throughput"] == pytest.approx(2 / 4.0)
+
+
+def test_latency_percentiles_in_milliseconds() -> None:
+    outputs = [_ok(3, ttft=t, itl=[g, g]) for t, g in ((0.1, 0.01), (0.2, 0.02), (0.3, 0.03))]
+    metrics = level_metrics(_level(*outputs, _failed()))
+    assert metrics["ttft_p50_ms"] == pytest.approx(200.0)
+    assert metrics["ttft_p99_ms"] == pytest.approx(298.0)
+    # ITL pools every token of every request: [10, 10, 20, 20, 30, 30] ms.
+    assert metrics["itl_p50_ms"] == pytest.approx(20.0)
+    assert metrics["itl_p99_ms"] == pytest.approx(30.0)
+
+
+def test_decode_speed_is_per_request_median() -> None:
+    outputs = [
+        _ok(11, ttft=0.5, latency=1.5),  # 10 tokens in 1.0 s -> 10 tok/s
+        _ok(21, ttft=0.5, latency=1.5),  # 20 tok/s
+        _ok(41, ttft=0.5, latency=1.5),  # 40 tok/s
+        _ok(1, ttft=0.5, latency=0.5),  # a single token has no decode phase: skipped
+    ]
+    assert level_metrics(_level(*outputs))["decode_speed_p50"] == pytest.approx(20.0)
+
+
+def test_accept_length_from_meta_info_preferred() -> None:
+    # Decode tokens (the prefill token excluded) per verify step, summed over requests:
+    # (12 - 1 + 21 - 1) / (5 + 10), what SGLang's avg_spec_accept_length counts.
+    level = _level(_ok(12, verify=5), _ok(21, verify=10), server_accept=9.9)
+    assert level_metrics(level)["accept_length"] == pytest.approx(31 / 15)
+
+
+def test_accept_length_falls_back_to_server() -> None:
+    level = _level(_ok(12), _ok(12, verify=0), server_accept=2.75)
+    assert level_metrics(level)["accept_length"] == 2.75
+
+
+def test_accept_length_absent_without_speculation() -> None:
+    metrics = level_metrics(_level(_ok(12), _ok(12)))
+    assert "accept_length" not in metrics
+    assert set(metrics) == set(LEVEL_METRICS) - {"accept_length"}
+
+
+def test_failed_requests_do_not_count() -> None:
+    level = _level(_ok(10, ttft=0.1), RequestOutput(output_tokens=50, ttft_s=5.0, error="x"))
+    metrics = level_metrics(level)
+    assert metrics["ttft_p99_ms"] == pytest.approx(100.0)
+    assert metrics["output_throughput"] == pytest.approx(10 / 2.0)
+
+
+def test_no_success_no_metrics() -> None:
+    assert level_metrics(_level(_failed(), _failed())) == {}
+    assert level_metrics(_level()) == {}
+
+
+def test_hung_level_has_no_metrics() -> None:
+    assert level_metrics(_level(_ok(10), _failed("timed out"), hung=True)) == {}
+
+
+def test_metrics_are_never_nan() -> None:
+    level = _level(_ok(1, ttft=None, itl=[]), duration=0.0)  # type: ignore[arg-type]
+    metrics = level_metrics(level)
+    assert metrics == {}
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# bench_metrics
+
+
+def test_single_level_is_unsuffixed() -> None:
+    metrics = bench_metrics(_bench(_level(_ok(10), concurrency=8)), multi_level=False)
+    assert "output_throughput" in metrics
+    assert not any("_c" in name for name in metrics)
+
+
+def test_multi_level_suffixes() -> None:
+    bench = _bench(
+        _level(_ok(10), concurrency=1, duration=1.0),
+        _level(_ok(10), _ok(10), concurrency=8, duration=1.0, server_accept=2.0),
+    )
+    metrics = bench_metrics(bench, multi_level=True)
+    assert metrics["output_throughput_c1"] == pytest.approx(10.0)
+    assert metrics["output_throughput_c8"] == pytest.approx(20.0)
+    assert metrics["accept_length_c8"] == 2.0
+    assert "accept_length_c1" not in metrics
+    assert "output_throughput" not in metrics
+    assert all(name.endswith(("_c1", "_c8")) for name in metrics)
+
+
+def test_multi_level_single_level_still_suffixed() -> None:
+    bench = _bench(_level(_ok(10), concurrency=4))
+    assert "output_throughput_c4" in bench_metrics(bench, multi_level=True)
+
+
+def test_failed_level_is_omitted() -> None:
+    bench = _bench(
+        _level(_ok(10), concurrency=1),
+        _level(_failed(), _failed(), concurrency=8),
+    )
+    metrics = bench_metrics(bench, multi_level=True)
+    assert "output_throughput_c1" in metrics
+    assert not any(name.endswith("_c8") for name in metrics)
+
+
+def test_no_levels_no_metrics() -> None:
+    assert bench_metrics(_bench(), multi_level=True) == {}
+
+
+def test_several_levels_need_multi_level() -> None:
+    bench = _bench(_level(_ok(), concurrency=1), _level(_ok(), concurrency=2))
+    with pytest.raises(ValueError, match="multi_level"):
+        bench_metrics(bench, multi_level=False)
