@@ -3,10 +3,11 @@
 This module owns the client side of a trial's benchmark (DESIGN 2 step 4, 4.2 `workload`): which
 prompts are sent (`load_prompts`: random token ids of exactly `input_len` tokens, the built-in
 text prompt set, or a JSON/JSONL file of text prompts, ShareGPT layout accepted), how they are
-sent (one `httpx.AsyncClient` per benchmark, `concurrency` requests in flight per level, warm-up
-first, `max_new_tokens = output_len` with `ignore_eos`, greedy sampling) and what is recorded for
-each request (`RequestOutput`: TTFT, inter-token latencies, server-counted tokens, error). It is
-the only module that imports httpx. Turning records into metrics is `spec_sweep.metrics`' job.
+sent (`concurrency` requests in flight per level, each in-flight slot with its own kept-alive
+connection, warm-up first, `max_new_tokens = output_len` with `ignore_eos`, greedy sampling,
+request bodies built before the level starts) and what is recorded for each request
+(`RequestOutput`: TTFT, inter-token latencies, server-counted tokens, error). It is the only
+module that imports httpx. Turning records into metrics is `spec_sweep.metrics`' job.
 
 Stream format (SGLang 0.5.x `http_server.generate_request`): one `data: {json}` SSE event per
 scheduler output, ending with `data: [DONE]`; each event carries the (by default cumulative)
@@ -81,7 +82,9 @@ _CT_VALUE = re.compile(rb"\s*:\s*(\d+)")
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 _SERVER_INFO_TIMEOUT_S = 10.0
-_HTTPX_SLACK_S = 30.0  # httpx's own timeouts must never fire before the asyncio one
+# httpx's own timeouts are a backstop that must never fire before the asyncio timeout around each
+# request (read has none: a per-read timer costs CPU on every streamed event).
+_HTTPX_SLACK_S = 30.0
 _MAX_ERROR_CHARS = 300
 
 
@@ -353,9 +356,8 @@ async def run_benchmark(
     prompts, source = await asyncio.to_thread(load_prompts, workload, model_path=model_path)
     levels = workload.concurrency
     width = max(levels)
-    cursor = 0
-
     url = f"{base_url.rstrip('/')}/generate"
+    cursor = 0
 
     def take(count: int) -> list[httpx.Request]:
         """The next `count` requests, built before their level starts (off the hot path)."""
@@ -438,9 +440,10 @@ def _connection(base_url: str, request_timeout_s: float) -> httpx.AsyncClient:
 
     One pool per slot rather than one shared pool: httpcore (1.0.x) re-scans every pooled
     connection for each idle one whenever a request starts or ends, which is quadratic in the
-    concurrency and made a shared 64-connection pool the bottleneck exactly when a batch of
-    requests finishes together. Plain-HTTP servers get no certificate store (loading one costs
-    ~30 ms of CPU per client).
+    concurrency; with one shared 64-connection pool the client became the bottleneck whenever a
+    batch of requests finished together (benchmarks/client_accuracy.py: 2146 instead of 3008
+    tok/s at concurrency 64 on the simulated PCIe node). Plain-HTTP servers get no certificate
+    store (loading one costs ~30 ms of CPU per client).
     """
     return httpx.AsyncClient(
         base_url=base_url,
@@ -486,8 +489,7 @@ async def _run_level(
     concurrency: int,
     request_timeout_s: float,
 ) -> LevelResult:
-    """Send `payloads` with `concurrency` requests in flight (worker k uses `clients[k]`); stop
-    everything on a hang."""
+    """Send `requests`, `concurrency` at a time (worker k uses `clients[k]`); stop on a hang."""
     total = len(requests)
     outputs: list[RequestOutput] = []
     in_flight: dict[int, RequestOutput] = {}
@@ -506,7 +508,7 @@ async def _run_level(
             in_flight[index] = out
             try:
                 async with asyncio.timeout(request_timeout_s):
-                    await _send(client, requests[index], out, t0)
+                    await _send(client, requests[index], out=out, t0=t0)
             except TimeoutError:
                 out.error = (
                     f"no complete answer within request_timeout_s={request_timeout_s:g} s "
@@ -539,7 +541,7 @@ async def _run_level(
 
 
 async def _send(
-    client: httpx.AsyncClient, request: httpx.Request, out: RequestOutput, t0: float
+    client: httpx.AsyncClient, request: httpx.Request, *, out: RequestOutput, t0: float
 ) -> None:
     """Stream one `/generate` request into `out`; every failure becomes `out.error`."""
     start = time.perf_counter()
@@ -702,7 +704,7 @@ def _accept_length_of(info: Any) -> float | None:
         return None
     states = info.get("internal_states")
     places = [states[0]] if isinstance(states, list) and states else []
-    places.append(info)  # SGLang < 0.4.4 spread the internal state into the top level
+    places.append(info)  # older SGLang versions spread the internal state into the top level
     for place in places:
         value = place.get("avg_spec_accept_length") if isinstance(place, dict) else None
         if (

@@ -137,10 +137,12 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         r"|speculative_eagle_topk(?:\(\d+\))? > 1 with page_size(?:\(\d+\))? > 1 is unstable"
         r"|Ngram speculative decoding only supports CUDA device"
         r"|Currently ngram speculative decoding does not support dp attention"
-        r"|Currently speculative MoE runner backend cannot be flashinfer_trtllm)",
+        r"|Currently speculative MoE runner backend cannot be flashinfer_trtllm"
+        r"|Unknown speculative algorithm name: )",
         "ServerArgs rejected a speculative-decoding combination (topk with page size or "
         "backend, spec v2, dp attention, draft MoE backend)",
-        _SGLANG_SERVER_ARGS + " (ServerArgs._handle_speculative_decoding)",
+        _SGLANG_SERVER_ARGS + " (ServerArgs._handle_speculative_decoding); "
+        "python/sglang/srt/speculative/spec_info.py (SpeculativeAlgorithm.from_string)",
     ),
     LogPattern(
         FailureMode.INVALID_ARGS,
@@ -257,6 +259,13 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
         "SGLang's torch symmetric-memory all-reduce refused this GPU or world size (raised, "
         "not the warning some versions log instead)",
         "sgl-project/sglang python/sglang/srt/distributed/device_communicators/torch_symm_mem.py",
+    ),
+    LogPattern(
+        FailureMode.UNSUPPORTED,
+        _EXC + r".*\brequires SM\d+\w*(?: or SM\w+)* (?:NVIDIA )?GPUs",
+        "a feature refuses this GPU generation, e.g. 'FlashInfer allreduce fusion requires SM90 "
+        "or SM10X NVIDIA GPUs.' on SM120",
+        "sgl-project/sglang python/sglang/srt/layers/flashinfer_comm_fusion.py",
     ),
     LogPattern(
         FailureMode.UNSUPPORTED,
@@ -449,6 +458,16 @@ _TAIL_LINES = 20
 _MAX_LINE = 400
 _MAX_EXCERPT_LINE = 1000
 _SERVER_ARGS_FILE = "server_args.py"
+# An exception that matches no pattern is still decided by the file that raised it: SGLang's
+# argument checks reject the arguments; the all-reduce feature communicators failing to set up
+# mean the feature does not work on this node (e.g. torch symmetric memory's `KeyError: 12` on
+# SM120 in SGLang 0.5.13, a lookup in its per-architecture table).
+_RAISING_FILES: tuple[tuple[str, FailureMode], ...] = (
+    (_SERVER_ARGS_FILE, FailureMode.INVALID_ARGS),
+    ("torch_symm_mem.py", FailureMode.UNSUPPORTED),
+    ("flashinfer_comm_fusion.py", FailureMode.UNSUPPORTED),
+    ("custom_all_reduce.py", FailureMode.UNSUPPORTED),
+)
 
 
 def _match(line: str) -> int | None:
@@ -520,14 +539,17 @@ def _last_exception(lines: list[str]) -> int | None:
     return None
 
 
-def _server_args_exception(lines: list[str]) -> int | None:
-    """Index of the last exception raised from SGLang's ServerArgs validation, if any."""
+def _raised_from_known_file(lines: list[str]) -> tuple[int, FailureMode] | None:
+    """The last exception raised from a file of `_RAISING_FILES`, with that file's mode."""
     for index in range(len(lines) - 1, -1, -1):
         if not _EXCEPTION_LINE.match(lines[index]):
             continue
         frame = _innermost_frame(lines, index)
-        if frame is not None and frame.endswith(_SERVER_ARGS_FILE):
-            return index
+        if frame is None:
+            continue
+        for suffix, mode in _RAISING_FILES:
+            if frame.endswith(suffix):
+                return index, mode
     return None
 
 
@@ -575,7 +597,8 @@ def classify(
        SGLang's ``server_args.py`` (the traceback's innermost frame), the mode is
        ``invalid_args``: the server rejected its arguments.
     3. Any other exception raised from ``server_args.py`` (ServerArgs validation) ->
-       ``invalid_args``.
+       ``invalid_args``; from an all-reduce feature communicator (torch symmetric memory,
+       FlashInfer fusion, custom all-reduce) -> ``unsupported`` (``_RAISING_FILES``).
     4. Exit code 2 with argparse's ``usage:`` text -> ``invalid_args``.
     5. Not ready and the boot deadline passed -> ``startup_timeout``.
     6. Not ready otherwise (exited before ready) -> ``crash``, naming the exit code or signal
@@ -620,9 +643,9 @@ def classify(
             mode = FailureMode.INVALID_ARGS
         return _decided(mode, lines, line_index)
 
-    server_args_index = _server_args_exception(lines)
-    if server_args_index is not None:
-        return _decided(FailureMode.INVALID_ARGS, lines, server_args_index)
+    raised = _raised_from_known_file(lines)
+    if raised is not None:
+        return _decided(raised[1], lines, raised[0])
 
     if exit_code == 2 and any(_USAGE.match(line) for line in lines):
         return _undecided(

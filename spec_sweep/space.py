@@ -11,8 +11,9 @@ exact server command line and environment of DESIGN 4.2/4.5: `true` is a bare `-
 from __future__ import annotations
 
 import json
+import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,11 +29,16 @@ __all__ = [
     "is_active",
     "normalize_config",
     "ordered_keys",
+    "redact",
     "render_value",
     "resolve_config",
+    "secret_values",
 ]
 
 Config = dict[str, Scalar]
+
+_SECRET_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+_REDACTED = "***"
 
 
 class _Trial(Protocol):
@@ -271,3 +277,21 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     return bool(a == b)
+
+
+def secret_values(spec: SweepSpec) -> list[str]:
+    """Values of env vars and server args whose names look secret."""
+    values = [str(v) for k, v in spec.node.env.items() if _SECRET_RE.search(k) and v]
+    values += [
+        str(v)
+        for k, v in spec.node.server_args.items()
+        if _SECRET_RE.search(k) and isinstance(v, str | int | float) and str(v)
+    ]
+    return sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace every secret value in `text` with `***`."""
+    for secret in secrets:
+        text = text.replace(secret, _REDACTED)
+    return text

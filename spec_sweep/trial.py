@@ -28,7 +28,7 @@ from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.metrics import bench_metrics
 from spec_sweep.server import ServerProcess, free_port, group_pids, launch_server
-from spec_sweep.space import Config, build_command, resolve_config
+from spec_sweep.space import Config, build_command, redact, resolve_config, secret_values
 from spec_sweep.spec import SpecError, SweepSpec
 
 __all__ = ["TrialResult", "run_trial", "trial_command"]
@@ -134,7 +134,7 @@ def run_trial(
 
     port = free_port(_HOST)
     command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
-    (trial_dir / "command.txt").write_text(command.shell() + "\n")
+    (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(
         command,
         log_path=trial_dir / "server.log",

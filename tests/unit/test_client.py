@@ -198,9 +198,13 @@ class ServerState:
 
 
 def _event(meta: dict[str, Any], *, compact: bool) -> bytes:
-    body = {"text": TRICKY_TEXT * meta["completion_tokens"], "output_ids": [], "meta_info": meta}
-    separators = (",", ":") if compact else (", ", ": ")
-    return b"data: " + json.dumps(body, separators=separators).encode() + b"\n\n"
+    """One SSE event; compact ones (orjson's layout) put the tricky text after meta_info."""
+    text = TRICKY_TEXT * meta["completion_tokens"]
+    if compact:
+        body = {"meta_info": meta, "output_ids": [], "text": text}
+        return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+    body = {"text": text, "output_ids": [], "meta_info": meta}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 def _meta(

@@ -56,6 +56,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "ValueError: Currently ngram speculative decoding does not support dp attention.",
         "AssertionError: Currently speculative MoE runner backend cannot be flashinfer_trtllm for "
         "risk in some draft models.",
+        # sglang speculative/spec_info.py SpeculativeAlgorithm.from_string
+        "ValueError: Unknown speculative algorithm name: EAGLE4",
     ),
     # sglang server_args.py check_server_args and _handle_* checks.
     "ServerArgs rejected another": (
@@ -145,6 +147,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "communicator is not available.",
         "RuntimeError: TorchSymmMemCommunicator: torch symmetric memory multicast operations are "
         "not supported.",
+    ),
+    # sglang layers/flashinfer_comm_fusion.py (0.5.23) on SM120.
+    "a feature refuses this GPU generation": (
+        "ValueError: FlashInfer allreduce fusion requires SM90 or SM10X NVIDIA GPUs.",
+        "[2026-01-01 10:00:00 TP0] ValueError: FlashInfer allreduce fusion requires SM90 or SM10X "
+        "NVIDIA GPUs.",
     ),
     "a code path is not implemented": (
         "NotImplementedError",
@@ -648,3 +656,23 @@ def test_error_hierarchy() -> None:
     assert issubclass(TrialError, SpecSweepError)
     assert issubclass(SpecSweepError, Exception)
     assert not hasattr(Classification(FailureMode.NONE, "ok", ""), "__dict__")
+
+
+def test_exception_raised_by_an_all_reduce_feature_module_is_unsupported() -> None:
+    # SGLang 0.5.13 on SM120: torch symmetric memory looks up the GPU's capability in a table.
+    srt = "/sgl-workspace/sglang/python/sglang/srt"
+    log = "\n".join(
+        [
+            "[2026-01-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call "
+            "last):",
+            f'  File "{srt}/managers/scheduler.py", line 2901, in run_scheduler_process',
+            "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank)",
+            f'  File "{srt}/distributed/device_communicators/torch_symm_mem.py", line 61, '
+            "in __init__",
+            "    max_size = TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability][ws]",
+            "KeyError: 12",
+        ]
+    )
+    outcome = classify(log_text=log, exit_code=-9, ready=False)
+    assert outcome.mode is FailureMode.UNSUPPORTED
+    assert "KeyError: 12" in outcome.reason
