@@ -9,8 +9,9 @@ on the "bad" side of its density split, steering proposals away from regions tha
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import optuna
@@ -219,3 +220,14 @@ def discard_repeat(study: Study, trial: optuna.Trial) -> None:
 def history_trials(study: Study) -> list[FrozenTrial]:
     """The study's trials that stand for real trials (proposals that repeated one are left out)."""
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(_USER_REPEAT)]
+
+
+@contextlib.contextmanager
+def random_sampling(study: Study, *, seed: int) -> Iterator[None]:
+    """Within the block, the study proposes uniformly at random (one exploration step)."""
+    saved = study.sampler
+    study.sampler = RandomSampler(seed=seed)
+    try:
+        yield
+    finally:
+        study.sampler = saved

@@ -8,6 +8,7 @@ and subprocess drivers join it with `--address`. Every fixture stops what it sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -21,6 +22,9 @@ import pytest
 os.environ.setdefault("SPEC_SWEEP_SIM_TIME_SCALE", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# The session's Ray head and every driver joining it (in-process or as a subprocess) use Ray's
+# token authentication explicitly (Ray 2.60 enables it on `ray start` when a token exists).
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,15 +58,49 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--disable-usage-stats",
         f"--temp-dir={temp}",
     ]
-    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    started = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    if started.returncode != 0:
+        stop_ray_processes(temp)
+        pytest.fail(f"ray start failed: {started.stdout[-2000:]}{started.stderr[-2000:]}")
     address = f"127.0.0.1:{port}"
-    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     try:
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING")
         yield address
     finally:
         ray.shutdown()
-        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120)
+        stop_ray_processes(temp)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def stop_ray_processes(temp_dir: Path) -> None:
+    """Stop the Ray processes of one cluster (found by its temp dir), not every Ray on the host.
+
+    `ray stop` would also stop clusters that other test sessions on this machine are using.
+    """
+    import psutil
+
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    roots = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(temp_dir) in cmdline and proc.pid not in spared:
+            roots.append(proc)
+    procs = {p.pid: p for p in roots}
+    for root in roots:
+        try:
+            for child in root.children(recursive=True):
+                procs[child.pid] = child
+        except psutil.Error:
+            continue
+    for proc in procs.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=10)
 
 
 @pytest.fixture

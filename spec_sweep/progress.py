@@ -1,0 +1,262 @@
+"""What the user sees while a sweep runs and when it ends (rich).
+
+This module owns the terminal: a live table of trials (configuration summary, state,
+throughput, speed-up, failure mode) with the best so far in its title, instead of Ray's raw log
+stream; then the end-of-sweep summary: ranked top configurations, failures by mode, the best
+configuration as a ready-to-paste `python -m sglang.launch_server ...` command and where to look
+in the MLflow UI. It reads trial results as plain dicts and records; it imports no Ray.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from spec_sweep.failures import FailureMode
+from spec_sweep.space import Config, build_command
+from spec_sweep.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from spec_sweep.search import SweepOutcome
+    from spec_sweep.tracking import TrialRecord
+
+__all__ = ["SweepProgress", "config_summary"]
+
+_MAX_ROWS = 14
+
+
+def config_summary(config: Mapping[str, Any], *, width: int = 60) -> str:
+    """A short one-line description of a configuration (flags set, env vars)."""
+    parts = []
+    for key, value in config.items():
+        if value is None or value is False:
+            continue
+        name = key.removeprefix("speculative-").removeprefix("env.")
+        parts.append(name if value is True else f"{name}={value}")
+    text = " ".join(parts) or "(defaults)"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+@dataclass
+class _Row:
+    trial_id: str
+    config: Config
+    state: str = "running"
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class SweepProgress:
+    """A live trial table for one sweep run; use as a context manager."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        """Draw on `console` (stdout by default)."""
+        self.console = console or Console(soft_wrap=True, highlight=False)
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+        self._spec: SweepSpec | None = None
+        self._done_before = 0
+
+    def __enter__(self) -> SweepProgress:
+        if self.console.is_terminal:
+            self._live = Live(
+                self._render(), console=self.console, refresh_per_second=2, transient=False
+            )
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def begin(self, spec: SweepSpec, *, finished: Sequence[TrialRecord], reattached: bool) -> None:
+        """The sweep starts (or resumes with `finished` trials already done)."""
+        self._spec = spec
+        self._done_before = len(finished)
+        if reattached:
+            self._print(f"resuming {spec.name}: {len(finished)}/{spec.budget.trials} trials done")
+        else:
+            self._print(
+                f"sweep {spec.name}: {spec.budget.trials} trials, {spec.searcher.kind} search, "
+                f"objective {spec.objective.mode} {spec.objective.metric}"
+            )
+        for record in finished:
+            row = _Row(record.trial_id, record.config, state="done", ended=time.monotonic())
+            row.result = {
+                "failure_mode": record.failure_mode.value if record.failure_mode else "?",
+                **record.metrics,
+            }
+            self._rows[record.trial_id] = row
+        self._refresh()
+
+    def started(self, trial_id: str, config: Config) -> None:
+        """A trial was launched."""
+        with self._lock:
+            self._rows[trial_id] = _Row(trial_id, config)
+        self._refresh()
+
+    def finished(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        """A trial reached a classified outcome."""
+        with self._lock:
+            row = self._rows.setdefault(trial_id, _Row(trial_id, {}))
+            row.state = "done"
+            row.ended = time.monotonic()
+            row.result = dict(result)
+        if self._live is None:
+            self._print(self._line(row))
+        self._refresh()
+
+    def errored(self, trial_id: str, error: str) -> None:
+        """The machinery around a trial failed."""
+        with self._lock:
+            row = self._rows.setdefault(trial_id, _Row(trial_id, {}))
+            row.state = "error"
+            row.ended = time.monotonic()
+            row.result = {"failure_mode": "error", "reason": error}
+        self._refresh()
+
+    def _print(self, text: str) -> None:
+        if self._live is not None:
+            self._live.console.print(text)
+        else:
+            self.console.print(text)
+
+    def _refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+
+    def _best(self) -> _Row | None:
+        spec = self._spec
+        if spec is None:
+            return None
+        sign = 1.0 if spec.objective.mode == "max" else -1.0
+        scored = [
+            r
+            for r in self._rows.values()
+            if r.result.get("failure_mode") == "none"
+            and isinstance(r.result.get(spec.objective.metric), int | float)
+        ]
+        return max(scored, key=lambda r: sign * r.result[spec.objective.metric], default=None)
+
+    def _line(self, row: _Row) -> str:
+        metric = self._spec.objective.metric if self._spec else "output_throughput"
+        mode = row.result.get("failure_mode", "?")
+        value = row.result.get(metric)
+        shown = f"{metric}={value:.4g}" if isinstance(value, int | float) else ""
+        up = row.result.get("speedup_vs_baseline")
+        up_text = f" x{up:.3f}" if isinstance(up, int | float) else ""
+        return f"{row.trial_id} {mode:<15} {shown}{up_text}  {config_summary(row.config)}"
+
+    def _render(self) -> Table:
+        spec = self._spec
+        metric = spec.objective.metric if spec else "objective"
+        best = self._best()
+        done = sum(1 for r in self._rows.values() if r.state != "running")
+        title = f"{spec.name if spec else ''}: {done}/{spec.budget.trials if spec else '?'} trials"
+        if best is not None:
+            title += f" | best {best.trial_id}: {best.result[metric]:.4g}"
+        table = Table(title=title, expand=False)
+        for column in ("trial", "configuration", "state", metric, "speed-up", "failure"):
+            table.add_column(column)
+        rows = sorted(self._rows.values(), key=lambda r: r.trial_id)[-_MAX_ROWS:]
+        for row in rows:
+            value = row.result.get(metric)
+            up = row.result.get("speedup_vs_baseline")
+            mode = str(row.result.get("failure_mode", ""))
+            state = row.state
+            if state == "running":
+                state = f"running {time.monotonic() - row.started:.0f}s"
+            style = "green" if best is row else ("red" if mode not in ("", "none") else "")
+            table.add_row(
+                row.trial_id,
+                config_summary(row.config, width=48),
+                state,
+                f"{value:.4g}" if isinstance(value, int | float) else "",
+                f"x{up:.3f}" if isinstance(up, int | float) else "",
+                "" if mode == "none" else mode,
+                style=style,
+            )
+        return table
+
+    def summary(self, spec: SweepSpec, outcome: SweepOutcome) -> None:
+        """The end-of-run summary."""
+        from spec_sweep.search import best_record, objective_value
+
+        console = self.console
+        records = [r for r in outcome.records if r.finished]
+        latest: dict[str, TrialRecord] = {}
+        for record in records:
+            latest.setdefault(record.trial_id, record)
+        finished = list(latest.values())
+        metric = spec.objective.metric
+        sign = 1.0 if spec.objective.mode == "max" else -1.0
+        ok = [r for r in finished if r.failure_mode is FailureMode.NONE]
+        ranked = sorted(ok, key=lambda r: -sign * (objective_value(spec, r.metrics) or 0.0))
+        table = Table(title=f"top configurations ({len(ok)} measured of {len(finished)} trials)")
+        for column in ("rank", "trial", metric, "speed-up", "configuration"):
+            table.add_column(column)
+        for rank, record in enumerate(ranked[:5], start=1):
+            value = objective_value(spec, record.metrics)
+            up = record.metrics.get("speedup_vs_baseline")
+            table.add_row(
+                str(rank),
+                record.trial_id,
+                f"{value:.4g}" if value is not None else "",
+                f"x{up:.3f}" if up is not None else "",
+                config_summary(record.config, width=70),
+            )
+        parts: list[Any] = [table]
+        counts = Counter(r.failure_mode.value for r in finished if r.failure_mode)
+        failures = {k: v for k, v in counts.items() if k != "none"}
+        if failures:
+            parts.append(
+                Text(
+                    "failures: " + ", ".join(f"{mode} {n}" for mode, n in sorted(failures.items()))
+                )
+            )
+        best = best_record(spec, outcome.records)
+        if best is not None:
+            value = objective_value(spec, best.metrics)
+            up = best.metrics.get("speedup_vs_baseline")
+            parts.append(
+                Text(
+                    f"\nbest: {best.trial_id} {metric} = {value:.4g}"
+                    + (f" (x{up:.3f} over the baseline)" if up is not None else "")
+                )
+            )
+            parts.append(Text("launch it with:"))
+            parts.append(Text("  " + build_command(spec, best.config).shell()))
+        else:
+            parts.append(Text("\nno trial met the objective's constraints yet"))
+        parts.append(
+            Text(
+                f"\nMLflow: experiment {spec.experiment!r}, parent run {outcome.parent_run_id} "
+                f"(spec-sweep ui, then open the experiment); state: {outcome.state.path}"
+            )
+        )
+        if outcome.interrupted:
+            parts.append(
+                Text(
+                    f"\ninterrupted after {len(finished)}/{spec.budget.trials} trials: "
+                    "run the same command again to resume",
+                    style="yellow",
+                )
+            )
+        elif outcome.exhausted:
+            parts.append(
+                Text(f"\nsearch space exhausted after {len(finished)} distinct configurations")
+            )
+        console.print(Group(*parts))

@@ -1,0 +1,724 @@
+"""The sweep: Ray Tune schedules trials on whole nodes, Optuna proposes them, MLflow records them.
+
+This is the only module that imports ray. `run_sweep` starts (or joins) a Ray cluster, checks
+that some node can hold a trial's reservation (`node.gpus` GPUs plus one `spec_sweep_node`
+unit, so one node runs one trial at a time), rebuilds the searcher's history from the MLflow
+record of finished trials, and runs a `Tuner` over a function trainable that calls `run_trial`.
+`SweepSearcher` (an `OptunaSearch` subclass) puts the baseline first, re-runs interrupted trials
+under their old ids, never proposes a configuration already measured or running, and tells
+Optuna every failed trial as FAIL with a violated `failed` constraint, which the failure-aware
+TPE sampler learns from. The trainable writes the trial's MLflow child run and closes it
+*before* returning to Tune, so a finished trial is never lost nor re-run (DESIGN 4.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+from ray import tune
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+from ray.tune.stopper import Stopper
+
+from spec_sweep import sampling
+from spec_sweep.failures import FailureMode, SpecSweepError
+from spec_sweep.progress import SweepProgress
+from spec_sweep.server import kill_recorded_servers
+from spec_sweep.space import (
+    Config,
+    SearchSpace,
+    baseline_config,
+    config_key,
+    normalize_config,
+    secret_values,
+)
+from spec_sweep.spec import SweepSpec
+from spec_sweep.state import SweepState, open_state
+from spec_sweep.tracking import Tracker, TrialRecord, resolve_tracking_uri
+from spec_sweep.trial import TrialResult, run_trial
+
+__all__ = ["NODE_RESOURCE", "SweepOutcome", "SweepSearcher", "run_sweep", "sweep"]
+
+#: Custom Ray resource every node that can run trials advertises once; a trial takes it whole.
+NODE_RESOURCE = "spec_sweep_node"
+_TRIAL_ID = "__spec_sweep_trial_id"
+_ATTEMPT = "__spec_sweep_attempt"
+_BASELINE_ID = "t0000"
+_MAX_REPEATS = 200
+_MODEL_REPEATS = 3
+
+log = logging.getLogger("spec_sweep")
+
+
+def trial_name(index: int) -> str:
+    """The id of the `index`-th trial of a sweep (`t0000` is the baseline)."""
+    return f"t{index:04d}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Objective
+
+
+def objective_value(spec: SweepSpec, metrics: Mapping[str, float]) -> float | None:
+    """The objective metric of a measured trial (None if not measured or not finite)."""
+    value = metrics.get(spec.objective.metric)
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def speedup(spec: SweepSpec, value: float | None, baseline: float | None) -> float | None:
+    """Speed-up over the baseline on the objective metric (> 1 is better in both modes)."""
+    if value is None or baseline is None or value <= 0 or baseline <= 0:
+        return None
+    return value / baseline if spec.objective.mode == "max" else baseline / value
+
+
+def constraint_violations(spec: SweepSpec, metrics: Mapping[str, float]) -> dict[str, float]:
+    """Optuna constraint values (<= 0 feasible) of the objective's constraints."""
+    out: dict[str, float] = {}
+    for name, bound in spec.objective.constraints.items():
+        value = metrics.get(name)
+        out[name] = 1.0 if value is None else bound.violation(value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Searcher
+
+
+class SweepSearcher(OptunaSearch):
+    """OptunaSearch with a fixed trial order, no repeats, and failures that teach the sampler."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        *,
+        history: Sequence[TrialRecord],
+        requeue: Sequence[tuple[str, Config, int]],
+        next_index: int,
+        failure_aware: bool = True,
+    ) -> None:
+        """Build the study and replay the finished trials into it.
+
+        Args:
+            spec: The sweep.
+            history: Finished trials from the record (told to Optuna once each).
+            requeue: (trial id, configuration, attempt) to run first, in order: the baseline on
+                a fresh sweep, interrupted trials on a resumed one.
+            next_index: Index of the next new trial id.
+            failure_aware: Let the sampler learn from failed trials.
+        """
+        self._spec = spec
+        super().__init__(
+            space=SearchSpace(spec.params),
+            metric=spec.objective.metric,
+            mode=spec.objective.mode,
+            sampler=sampling.make_sampler(spec, failure_aware=failure_aware),
+            seed=spec.searcher.seed,
+        )
+        self._queue = list(requeue)
+        self._next_index = next_index
+        self._ids: dict[str, tuple[str, Config]] = {}
+        self._seen: set[str] = set()
+        self.exhausted = False
+        for record in history:
+            sampling.add_finished(
+                self.study,
+                spec,
+                record.config,
+                value=objective_value(spec, record.metrics)
+                if record.failure_mode is FailureMode.NONE
+                else None,
+                failed=record.failure_mode is not FailureMode.NONE,
+                constraints=constraint_violations(spec, record.metrics),
+                trial_id=record.trial_id,
+            )
+            self._seen.add(config_key(record.config))
+        for _, config, _ in self._queue:
+            self._seen.add(config_key(config))
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        """The next configuration, tagged with our trial id and attempt number."""
+        if self._queue:
+            our_id, config, attempt = self._queue.pop(0)
+            self.study.enqueue_trial(dict(config))
+            params = super().suggest(trial_id)
+            self._ids[trial_id] = (our_id, normalize_config(self._spec, params or {}))
+            return {**(params or {}), _TRIAL_ID: our_id, _ATTEMPT: attempt}
+        for attempt in range(_MAX_REPEATS):
+            if attempt < _MODEL_REPEATS:
+                params = super().suggest(trial_id)
+            else:
+                # The model keeps proposing what was measured (it is sure of that region):
+                # explore with one random proposal instead of launching a repeat.
+                with sampling.random_sampling(self.study, seed=attempt + self._next_index):
+                    params = super().suggest(trial_id)
+            if params is None:
+                return None
+            config = normalize_config(self._spec, params)
+            key = config_key(config)
+            if key not in self._seen:
+                self._seen.add(key)
+                our_id = trial_name(self._next_index)
+                self._next_index += 1
+                self._ids[trial_id] = (our_id, config)
+                return {**params, _TRIAL_ID: our_id, _ATTEMPT: 1}
+            # A repeat: answered by the record, never launched. Optuna forgets it.
+            ot_trial = self._ot_trials.pop(trial_id)
+            sampling.discard_repeat(self.study, ot_trial)
+        self.exhausted = True
+        return Searcher.FINISHED  # type: ignore[return-value]
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """A trial reports once, at its end (`on_trial_complete`); nothing to do here."""
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        """Tell Optuna: COMPLETE with constraints, or FAIL with a violated `failed` constraint."""
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return
+        ot_trial = self._ot_trials[trial_id]
+        result = result or {}
+        mode = result.get("failure_mode")
+        value = result.get(self._spec.objective.metric) if mode == FailureMode.NONE.value else None
+        if error or mode is None:
+            # The machinery failed (not the configuration): FAIL without a constraint, which
+            # the sampler ignores.
+            sampling.tell_result(self.study, ot_trial, value=None, failed=False)
+        elif isinstance(value, int | float) and math.isfinite(value):
+            sampling.tell_result(
+                self.study,
+                ot_trial,
+                value=float(value),
+                failed=False,
+                constraints=constraint_violations(self._spec, result),
+            )
+        else:
+            sampling.tell_result(self.study, ot_trial, value=None, failed=True)
+        self._completed_trials.add(trial_id)
+
+    @property
+    def study(self) -> Any:
+        """The Optuna study (typed loosely: Ray's attribute is untyped)."""
+        return self._ot_study
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainable (runs in a Ray worker)
+
+
+@dataclass(frozen=True)
+class _Context:
+    spec: SweepSpec
+    tracker: Tracker
+    parent_run_id: str
+    trials_dir: Path
+    simulate: bool
+    sim_env: dict[str, str] = field(default_factory=dict)
+    grace_s: float = 10.0
+
+
+def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
+    config = dict(config)
+    trial_id = str(config.pop(_TRIAL_ID))
+    attempt = int(config.pop(_ATTEMPT, 1))
+    spec = ctx.spec
+    cfg = normalize_config(spec, config)
+    tracker = ctx.tracker
+    done = tracker.finished_trial_by_config(ctx.parent_run_id, cfg)
+    if done is not None:
+        return _result_dict(spec, trial_id, done.failure_mode, done.metrics, done.reason, True)
+    run_id = tracker.start_trial(ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt)
+    trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "mlflow_run_id").write_text(run_id)
+    result = run_trial(
+        spec,
+        cfg,
+        trial_dir=trial_dir,
+        trial_id=trial_id,
+        simulate=ctx.simulate,
+        extra_env=ctx.sim_env,
+        grace_s=ctx.grace_s,
+    )
+    metrics = dict(result.metrics)
+    value = objective_value(spec, metrics) if result.ok else None
+    if trial_id == _BASELINE_ID:
+        base = value
+    else:
+        base_record = tracker.finished_trial_by_id(ctx.parent_run_id, _BASELINE_ID)
+        base = (
+            objective_value(spec, base_record.metrics)
+            if base_record is not None and base_record.failure_mode is FailureMode.NONE
+            else None
+        )
+    up = speedup(spec, value, base)
+    if up is not None:
+        metrics["speedup_vs_baseline"] = round(up, 4)
+    _record(tracker, run_id, result, metrics, trial_dir)
+    return _result_dict(spec, trial_id, result.failure_mode, metrics, result.reason, False)
+
+
+def _record(
+    tracker: Tracker,
+    run_id: str,
+    result: TrialResult,
+    metrics: Mapping[str, float],
+    trial_dir: Path,
+) -> None:
+    from spec_sweep.space import ServerCommand
+
+    command = ServerCommand(result.command, result.env).shell()
+    bench = trial_dir / "bench.json"
+    tracker.finish_trial(
+        run_id,
+        failure_mode=result.failure_mode,
+        metrics=metrics,
+        reason=result.reason,
+        elapsed_s=result.elapsed_s,
+        prompt_source=result.prompt_source,
+        command=command,
+        log_path=result.log_path,
+        bench_path=bench if bench.is_file() else None,
+        extra_tags={"spec_sweep.log_excerpt": result.log_excerpt[-4000:]}
+        if result.log_excerpt
+        else None,
+    )
+
+
+def _result_dict(
+    spec: SweepSpec,
+    trial_id: str,
+    mode: FailureMode | None,
+    metrics: Mapping[str, float],
+    reason: str,
+    from_record: bool,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "trial_id": trial_id,
+        "failure_mode": (mode or FailureMode.CRASH).value,
+        "reason": reason,
+        "from_record": from_record,
+    }
+    out.update({k: float(v) for k, v in metrics.items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep run ended with."""
+
+    state: SweepState
+    parent_run_id: str
+    records: list[TrialRecord]
+    interrupted: bool = False
+    exhausted: bool = False
+    study: Any = None
+    new_trials: int = 0
+
+
+class _Interrupt(Stopper):
+    """Stops the whole experiment at the first Ctrl-C."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # Tune pickles its stopper into the experiment state; the flag is per run
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.event = threading.Event()
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return self.event.is_set()
+
+    def stop_all(self) -> bool:
+        return self.event.is_set()
+
+
+class _ProgressCallback(Callback):
+    def __init__(self, progress: SweepProgress) -> None:
+        self.progress: SweepProgress | None = progress
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # Tune pickles callbacks into the experiment state; the display is per run
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.progress = None
+
+    def on_trial_start(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        if self.progress is not None:
+            self.progress.started(str(trial.config.get(_TRIAL_ID)), _clean(trial.config))
+
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        if self.progress is not None:
+            self.progress.finished(str(trial.config.get(_TRIAL_ID)), trial.last_result or {})
+
+    def on_trial_error(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        if self.progress is not None:
+            self.progress.errored(str(trial.config.get(_TRIAL_ID)), str(trial.error_file or ""))
+
+
+def _clean(config: Mapping[str, Any]) -> Config:
+    return {k: v for k, v in config.items() if not k.startswith("__spec_sweep")}
+
+
+def _check_cluster(spec: SweepSpec, *, simulate: bool) -> int:
+    """Number of nodes that can hold one trial; fails fast when there is none."""
+    need_gpus = float(spec.node.gpus)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    fit = [
+        n
+        for n in nodes
+        if n["Resources"].get("GPU", 0.0) >= need_gpus and n["Resources"].get(NODE_RESOURCE, 0) >= 1
+    ]
+    if not fit:
+        have = ", ".join(
+            f"{n['NodeManagerAddress']}: {int(n['Resources'].get('GPU', 0))} GPUs"
+            + ("" if n["Resources"].get(NODE_RESOURCE) else f" (no {NODE_RESOURCE})")
+            for n in nodes
+        )
+        hint = (
+            "use --simulate to rehearse on the simulated node"
+            if not simulate
+            else f"start worker nodes with --num-gpus {spec.node.gpus} "
+            f"--resources '{{\"{NODE_RESOURCE}\": 1}}'"
+        )
+        raise SpecSweepError(
+            f"no node of the Ray cluster can hold a trial (node.gpus = {spec.node.gpus}); "
+            f"nodes: {have or 'none'}: {hint}"
+        )
+    return len(fit)
+
+
+def _start_ray(spec: SweepSpec, *, address: str | None, simulate: bool, log_dir: Path) -> bool:
+    """Connect to (or start) Ray; returns whether this call started a local cluster."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    _quiet_logs(log_dir / "driver.log")
+    quiet: dict[str, Any] = {
+        "log_to_driver": False,
+        "configure_logging": False,
+        "include_dashboard": False,
+    }
+    if address:
+        _token_auth_like_head()
+        ray.init(address=address, **quiet)
+        return False
+    gpus: int | None = None
+    if simulate:
+        gpus = spec.node.gpus
+    ray.init(
+        num_gpus=gpus,
+        resources={NODE_RESOURCE: 1},
+        _temp_dir=None,
+        **quiet,
+    )
+    return True
+
+
+def _token_auth_like_head() -> None:
+    """Use token auth to join a cluster when a token is at hand and no mode is set.
+
+    Ray 2.60's `ray start --head` turns token auth on when a token exists and RAY_AUTH_MODE is
+    unset, but a driver joining with an address does not, and is then refused ("Authentication
+    token is missing or incorrect"). Apply the head's own rule on the driver side.
+    """
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._private.authentication import authentication_token_setup as auth
+
+        auth.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _quiet_logs(path: Path) -> None:
+    """Send Ray's, MLflow's and Optuna's own logging to a file instead of the terminal."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    for name in ("ray", "mlflow", "optuna", "alembic", "spec_sweep"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+            if isinstance(old, logging.FileHandler):
+                old.close()
+        logger.addHandler(handler)
+        logger.propagate = False
+        if logger.level == logging.NOTSET or logger.level < logging.INFO:
+            logger.setLevel(logging.INFO)
+
+
+def sweep(
+    spec: SweepSpec,
+    *,
+    simulate: bool = False,
+    fresh: bool = False,
+    state_dir: str | Path | None = None,
+    tracking_uri: str | None = None,
+    address: str | None = None,
+    sim_env: Mapping[str, str] | None = None,
+    progress: SweepProgress | None = None,
+    grace_s: float = 10.0,
+    failure_aware: bool = True,
+) -> SweepOutcome:
+    """Run (or resume) a sweep to its budget; the programmatic core of `spec-sweep run`.
+
+    Args:
+        spec: The sweep.
+        simulate: Use the simulated node.
+        fresh: Move old state aside and start over.
+        state_dir: Root of the sweep state folders.
+        tracking_uri: MLflow store.
+        address: Ray cluster to join (else a local one is started, or the one already
+            initialised in this process is used).
+        sim_env: Environment for simulated servers (e.g. `SPEC_SWEEP_SIM_TIME_SCALE`).
+        progress: Live display (None: silent).
+        grace_s: SIGTERM-to-SIGKILL grace at server teardown.
+        failure_aware: Let failures teach the sampler (off only for measurements).
+    """
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    state = open_state(spec, state_dir=state_dir, fresh=fresh, simulate=simulate)
+    state.cleanup_leftovers()
+    uri = resolve_tracking_uri(spec, tracking_uri)
+    tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
+    parent_run_id, reattached = tracker.start_sweep(
+        spec, state_id=state.state_id, simulate=simulate
+    )
+    state.save_run(parent_run_id, uri)
+
+    records = tracker.trials(parent_run_id)
+    finished = _latest_finished(records)
+    for record in records:
+        if record.status == "RUNNING":
+            tracker.kill_run(record.run_id)
+    requeue, next_index = _plan(spec, records, finished)
+    remaining = spec.budget.trials - len(finished)
+    if progress is not None:
+        progress.begin(spec, finished=list(finished.values()), reattached=reattached)
+    outcome = SweepOutcome(state=state, parent_run_id=parent_run_id, records=[])
+    if remaining <= 0:
+        outcome.records = tracker.trials(parent_run_id)
+        tracker.finish_sweep(parent_run_id, metrics=_best_metrics(spec, outcome.records))
+        return outcome
+
+    started_ray = _start_ray(spec, address=address, simulate=simulate, log_dir=state.path)
+    if started_ray:
+        state.save_ray_pids(_ray_pids())
+    interrupt = _Interrupt()
+    previous = _install_sigint(interrupt)
+    try:
+        n_nodes = _check_cluster(spec, simulate=simulate)
+        searcher = SweepSearcher(
+            spec,
+            history=list(finished.values()),
+            requeue=requeue[:remaining],
+            next_index=next_index,
+            failure_aware=failure_aware,
+        )
+        ctx = _Context(
+            spec=spec,
+            tracker=tracker,
+            parent_run_id=parent_run_id,
+            trials_dir=state.path / "trials",
+            simulate=simulate,
+            sim_env=dict(sim_env or {}),
+            grace_s=grace_s,
+        )
+        trainable = tune.with_resources(
+            tune.with_parameters(_trainable, ctx=ctx),
+            {"cpu": 1, "gpu": spec.node.gpus, NODE_RESOURCE: 1},
+        )
+        callbacks: list[Callback] = [_ProgressCallback(progress)] if progress is not None else []
+        max_concurrent = spec.budget.max_concurrent or n_nodes
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                num_samples=remaining,
+                max_concurrent_trials=max_concurrent,
+                reuse_actors=True,
+                time_budget_s=spec.budget.max_hours * 3600 if spec.budget.max_hours else None,
+            ),
+            run_config=tune.RunConfig(
+                name=f"tune-{int(time.time())}",
+                storage_path=str(state.path / "tune"),
+                verbose=0,
+                stop=interrupt,
+                callbacks=callbacks,
+                progress_reporter=None,
+                log_to_file=True,
+            ),
+        )
+        tuner.fit()
+        outcome.interrupted = interrupt.event.is_set()
+        outcome.exhausted = searcher.exhausted
+        outcome.study = searcher.study
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        kill_recorded_servers(state.path / "trials")
+        records = tracker.trials(parent_run_id)
+        for record in records:
+            if record.status == "RUNNING":
+                tracker.kill_run(record.run_id)
+        if started_ray:
+            ray.shutdown()
+            state.save_ray_pids([])
+    outcome.records = tracker.trials(parent_run_id)
+    _backfill_speedup(spec, tracker, outcome.records)
+    outcome.records = tracker.trials(parent_run_id)
+    done = _latest_finished(outcome.records)
+    outcome.new_trials = len(done) - len(finished)
+    complete = len(done) >= spec.budget.trials or outcome.exhausted
+    if complete:
+        tracker.finish_sweep(parent_run_id, metrics=_best_metrics(spec, outcome.records))
+        state.mark_complete()
+    else:
+        tracker.finish_sweep(parent_run_id, status="KILLED")
+    return outcome
+
+
+def _install_sigint(interrupt: _Interrupt) -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if interrupt.event.is_set():
+            raise KeyboardInterrupt
+        interrupt.event.set()
+        print(
+            "\nstopping: tearing down the running trial (Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return signal.signal(signal.SIGINT, handler)
+
+
+def _latest_finished(records: Sequence[TrialRecord]) -> dict[str, TrialRecord]:
+    """Finished trials by trial id (one each)."""
+    out: dict[str, TrialRecord] = {}
+    for record in records:
+        if record.finished and record.trial_id not in out:
+            out[record.trial_id] = record
+    return out
+
+
+def _plan(
+    spec: SweepSpec, records: Sequence[TrialRecord], finished: Mapping[str, TrialRecord]
+) -> tuple[list[tuple[str, Config, int]], int]:
+    """Trials to run first (baseline, interrupted ones) and the next new trial index."""
+    attempts: dict[str, int] = {}
+    configs: dict[str, Config] = {}
+    for record in records:
+        attempts[record.trial_id] = attempts.get(record.trial_id, 0) + 1
+        configs.setdefault(record.trial_id, record.config)
+    requeue: list[tuple[str, Config, int]] = []
+    if _BASELINE_ID not in finished:
+        requeue.append((_BASELINE_ID, baseline_config(spec), attempts.get(_BASELINE_ID, 0) + 1))
+    finished_keys = {config_key(r.config) for r in finished.values()}
+    for trial_id in sorted(configs):
+        if trial_id == _BASELINE_ID or trial_id in finished:
+            continue
+        if config_key(configs[trial_id]) in finished_keys:
+            continue
+        requeue.append((trial_id, configs[trial_id], attempts[trial_id] + 1))
+    indices = [int(t[1:]) for t in configs if t[1:].isdigit()]
+    return requeue, max(indices, default=0) + 1
+
+
+def _best_metrics(spec: SweepSpec, records: Sequence[TrialRecord]) -> dict[str, float]:
+    best = best_record(spec, records)
+    if best is None:
+        return {}
+    value = objective_value(spec, best.metrics)
+    return {f"best_{spec.objective.metric}": value} if value is not None else {}
+
+
+def best_record(spec: SweepSpec, records: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The best finished trial that meets the constraints."""
+    ok = [
+        r
+        for r in _latest_finished(records).values()
+        if r.failure_mode is FailureMode.NONE
+        and objective_value(spec, r.metrics) is not None
+        and all(v <= 0 for v in constraint_violations(spec, r.metrics).values())
+    ]
+    if not ok:
+        return None
+    sign = 1.0 if spec.objective.mode == "max" else -1.0
+    return max(ok, key=lambda r: sign * (objective_value(spec, r.metrics) or 0.0))
+
+
+def _backfill_speedup(spec: SweepSpec, tracker: Tracker, records: Sequence[TrialRecord]) -> None:
+    finished = _latest_finished(records)
+    base = finished.get(_BASELINE_ID)
+    if base is None or base.failure_mode is not FailureMode.NONE:
+        return
+    base_value = objective_value(spec, base.metrics)
+    for record in finished.values():
+        if "speedup_vs_baseline" in record.metrics or record.failure_mode is not FailureMode.NONE:
+            continue
+        up = speedup(spec, objective_value(spec, record.metrics), base_value)
+        if up is not None:
+            tracker.log_metrics(record.run_id, {"speedup_vs_baseline": round(up, 4)})
+
+
+def _ray_pids() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            out.append({"pid": proc.pid, "create_time": proc.create_time(), "name": proc.name()})
+    return out
+
+
+def run_sweep(spec: SweepSpec, args: argparse.Namespace) -> int:
+    """`spec-sweep run SWEEP.yaml`: run or resume the sweep with a live display."""
+    from spec_sweep.cli import EXIT_INTERRUPTED, EXIT_OK
+
+    simulate = bool(args.simulate or args.replay)
+    progress = SweepProgress()
+    with progress:
+        outcome = sweep(
+            spec,
+            simulate=simulate,
+            fresh=args.fresh,
+            state_dir=args.state_dir,
+            tracking_uri=args.tracking_uri,
+            address=args.address,
+            progress=progress,
+        )
+    progress.summary(spec, outcome)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
