@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spec_sweep.failures import FailureMode
-from spec_sweep.space import Config, build_command
+from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
 
 if TYPE_CHECKING:
@@ -238,7 +238,8 @@ class SweepProgress:
                 )
             )
             parts.append(Text("launch it with:"))
-            parts.append(Text("  " + build_command(spec, best.config).shell()))
+            command = build_command(spec, best.config).shell()
+            parts.append(Text("  " + redact(command, secret_values(spec))))
         else:
             parts.append(Text("\nno trial met the objective's constraints yet"))
         parts.append(
@@ -247,6 +248,10 @@ class SweepProgress:
                 f"(spec-sweep ui, then open the experiment); state: {outcome.state.path}"
             )
         )
+        if outcome.report is not None:
+            parts.append(Text(f"report: {outcome.report}"))
+        elif outcome.report_error:
+            parts.append(Text(f"report not built: {outcome.report_error}", style="yellow"))
         if outcome.interrupted:
             parts.append(
                 Text(

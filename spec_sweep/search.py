@@ -337,6 +337,8 @@ class SweepOutcome:
     exhausted: bool = False
     study: Any = None
     new_trials: int = 0
+    report: Path | None = None
+    report_error: str | None = None
 
 
 class _Interrupt(Stopper):
@@ -388,7 +390,12 @@ class _ProgressCallback(Callback):
 
 
 def _clean(config: Mapping[str, Any]) -> Config:
-    return {k: v for k, v in config.items() if not k.startswith("__spec_sweep")}
+    """A Tune trial config without our bookkeeping keys, floats rounded as the space does."""
+    return {
+        k: float(f"{v:.10g}") if isinstance(v, float) else v
+        for k, v in config.items()
+        if not k.startswith("__spec_sweep")
+    }
 
 
 def _check_cluster(spec: SweepSpec, *, simulate: bool) -> int:
@@ -489,6 +496,7 @@ def sweep(
     progress: SweepProgress | None = None,
     grace_s: float = 10.0,
     failure_aware: bool = True,
+    report: bool = True,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to its budget; the programmatic core of `spec-sweep run`.
 
@@ -504,11 +512,42 @@ def sweep(
         progress: Live display (None: silent).
         grace_s: SIGTERM-to-SIGKILL grace at server teardown.
         failure_aware: Let failures teach the sampler (off only for measurements).
+        report: Build the report at the end and log it to the parent run.
     """
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     state = open_state(spec, state_dir=state_dir, fresh=fresh, simulate=simulate)
+    try:
+        return _sweep_locked(
+            spec,
+            state,
+            simulate=simulate,
+            tracking_uri=tracking_uri,
+            address=address,
+            sim_env=sim_env,
+            progress=progress,
+            grace_s=grace_s,
+            failure_aware=failure_aware,
+            report=report,
+        )
+    finally:
+        state.close()
+
+
+def _sweep_locked(
+    spec: SweepSpec,
+    state: SweepState,
+    *,
+    simulate: bool,
+    tracking_uri: str | None,
+    address: str | None,
+    sim_env: Mapping[str, str] | None,
+    progress: SweepProgress | None,
+    grace_s: float,
+    failure_aware: bool,
+    report: bool,
+) -> SweepOutcome:
     state.cleanup_leftovers()
     uri = resolve_tracking_uri(spec, tracking_uri)
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
@@ -529,6 +568,8 @@ def sweep(
     outcome = SweepOutcome(state=state, parent_run_id=parent_run_id, records=[])
     if remaining <= 0:
         outcome.records = tracker.trials(parent_run_id)
+        if report:
+            _publish_report(spec, tracker, outcome)
         tracker.finish_sweep(parent_run_id, metrics=_best_metrics(spec, outcome.records))
         return outcome
 
@@ -600,12 +641,29 @@ def sweep(
     done = _latest_finished(outcome.records)
     outcome.new_trials = len(done) - len(finished)
     complete = len(done) >= spec.budget.trials or outcome.exhausted
+    if report and done:
+        _publish_report(spec, tracker, outcome)
     if complete:
         tracker.finish_sweep(parent_run_id, metrics=_best_metrics(spec, outcome.records))
         state.mark_complete()
     else:
         tracker.finish_sweep(parent_run_id, status="KILLED")
     return outcome
+
+
+def _publish_report(spec: SweepSpec, tracker: Tracker, outcome: SweepOutcome) -> None:
+    """Build the report and log it to the parent run; a failure here never fails the sweep."""
+    from spec_sweep.report import publish_report
+
+    try:
+        result = publish_report(
+            spec, tracker, outcome.parent_run_id, out_dir=outcome.state.path / "report"
+        )
+    except Exception as exc:
+        log.warning("report failed", exc_info=True)
+        outcome.report_error = f"{type(exc).__name__}: {exc}"
+        return
+    outcome.report = result.html
 
 
 def _install_sigint(interrupt: _Interrupt) -> Any:
