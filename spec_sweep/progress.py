@@ -112,9 +112,11 @@ class SweepProgress:
         """A trial reached a classified outcome."""
         with self._lock:
             row = self._rows.setdefault(trial_id, _Row(trial_id, {}))
-            row.state = "done"
+            row.state = "interrupted" if result.get("interrupted") else "done"
             row.ended = time.monotonic()
             row.result = dict(result)
+            if result.get("interrupted"):
+                row.result["failure_mode"] = "interrupted"
         if self._live is None:
             self._print(self._line(row))
         self._refresh()

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -199,7 +200,7 @@ class SweepSearcher(OptunaSearch):
         result = result or {}
         mode = result.get("failure_mode")
         value = result.get(self._spec.objective.metric) if mode == FailureMode.NONE.value else None
-        if error or mode is None:
+        if error or mode is None or result.get("interrupted"):
             # The machinery failed (not the configuration): FAIL without a constraint, which
             # the sampler ignores.
             sampling.tell_result(self.study, ot_trial, value=None, failed=False)
@@ -234,9 +235,11 @@ class _Context:
     simulate: bool
     sim_env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 10.0
+    stop_file: Path = Path("/nonexistent/spec_sweep-stop")
 
 
 def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
+    t0 = time.monotonic()
     config = dict(config)
     trial_id = str(config.pop(_TRIAL_ID))
     attempt = int(config.pop(_ATTEMPT, 1))
@@ -244,12 +247,15 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
     cfg = normalize_config(spec, config)
     tracker = ctx.tracker
     done = tracker.finished_trial_by_config(ctx.parent_run_id, cfg)
-    if done is not None:
-        return _result_dict(spec, trial_id, done.failure_mode, done.metrics, done.reason, True)
+    if done is not None:  # finished before a crash of the driver: answered from the record
+        out = _result_dict(spec, trial_id, done.failure_mode, done.metrics, done.reason, True)
+        out["time_record_s"] = time.monotonic() - t0
+        return out
     run_id = tracker.start_trial(ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt)
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "mlflow_run_id").write_text(run_id)
+    record_s = time.monotonic() - t0
     result = run_trial(
         spec,
         cfg,
@@ -259,6 +265,11 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
         extra_env=ctx.sim_env,
         grace_s=ctx.grace_s,
     )
+    t1 = time.monotonic()
+    if ctx.stop_file.exists():
+        # The driver is stopping (Ctrl-C) and tore the server down: this trial did not finish.
+        tracker.kill_run(run_id)
+        return {"trial_id": trial_id, "interrupted": True, "reason": "interrupted"}
     metrics = dict(result.metrics)
     value = objective_value(spec, metrics) if result.ok else None
     if trial_id == _BASELINE_ID:
@@ -274,7 +285,10 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
     if up is not None:
         metrics["speedup_vs_baseline"] = round(up, 4)
     _record(tracker, run_id, result, metrics, trial_dir)
-    return _result_dict(spec, trial_id, result.failure_mode, metrics, result.reason, False)
+    out = _result_dict(spec, trial_id, result.failure_mode, metrics, result.reason, False)
+    out["time_trial_s"] = result.elapsed_s
+    out["time_record_s"] = record_s + time.monotonic() - t1
+    return out
 
 
 def _record(
@@ -426,12 +440,12 @@ def _check_cluster(spec: SweepSpec, *, simulate: bool) -> int:
     return len(fit)
 
 
-def _start_ray(spec: SweepSpec, *, address: str | None, simulate: bool, log_dir: Path) -> bool:
+def _start_ray(spec: SweepSpec, *, address: str | None, simulate: bool, state: SweepState) -> bool:
     """Connect to (or start) Ray; returns whether this call started a local cluster."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    _quiet_logs(log_dir / "driver.log")
+    _quiet_logs(state.path / "driver.log")
     quiet: dict[str, Any] = {
         "log_to_driver": False,
         "configure_logging": False,
@@ -444,10 +458,14 @@ def _start_ray(spec: SweepSpec, *, address: str | None, simulate: bool, log_dir:
     gpus: int | None = None
     if simulate:
         gpus = spec.node.gpus
+    # Ray 2.60 turns token auth on for a new local cluster and warns about it; say so explicitly.
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    state.data["ray_temp_dir"] = state.ray_temp_dir
+    state.save_ray_pids([])
     ray.init(
         num_gpus=gpus,
         resources={NODE_RESOURCE: 1},
-        _temp_dir=None,
+        _temp_dir=state.ray_temp_dir,
         **quiet,
     )
     return True
@@ -573,11 +591,11 @@ def _sweep_locked(
         tracker.finish_sweep(parent_run_id, metrics=_best_metrics(spec, outcome.records))
         return outcome
 
-    started_ray = _start_ray(spec, address=address, simulate=simulate, log_dir=state.path)
+    started_ray = _start_ray(spec, address=address, simulate=simulate, state=state)
     if started_ray:
         state.save_ray_pids(_ray_pids())
     interrupt = _Interrupt()
-    previous = _install_sigint(interrupt)
+    previous = _install_sigint(interrupt, state)
     try:
         n_nodes = _check_cluster(spec, simulate=simulate)
         searcher = SweepSearcher(
@@ -595,6 +613,7 @@ def _sweep_locked(
             simulate=simulate,
             sim_env=dict(sim_env or {}),
             grace_s=grace_s,
+            stop_file=state.stop_file,
         )
         trainable = tune.with_resources(
             tune.with_parameters(_trainable, ctx=ctx),
@@ -635,6 +654,7 @@ def _sweep_locked(
         if started_ray:
             ray.shutdown()
             state.save_ray_pids([])
+            shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
     outcome.records = tracker.trials(parent_run_id)
     _backfill_speedup(spec, tracker, outcome.records)
     outcome.records = tracker.trials(parent_run_id)
@@ -666,7 +686,8 @@ def _publish_report(spec: SweepSpec, tracker: Tracker, outcome: SweepOutcome) ->
     outcome.report = result.html
 
 
-def _install_sigint(interrupt: _Interrupt) -> Any:
+def _install_sigint(interrupt: _Interrupt, state: SweepState) -> Any:
+    """First Ctrl-C: stop after tearing down the running trials; second: stop at once."""
     if threading.current_thread() is not threading.main_thread():
         return signal.getsignal(signal.SIGINT)
 
@@ -679,6 +700,10 @@ def _install_sigint(interrupt: _Interrupt) -> Any:
             file=sys.stderr,
             flush=True,
         )
+        state.stop_file.touch()  # trials ending now are interrupted, not finished
+        threading.Thread(
+            target=kill_recorded_servers, args=(state.path / "trials",), daemon=True
+        ).start()
 
     return signal.signal(signal.SIGINT, handler)
 

@@ -41,6 +41,7 @@ __all__ = [
     "ServerProcess",
     "free_port",
     "group_pids",
+    "kill_processes_matching",
     "kill_recorded_servers",
     "launch_server",
     "stop_process_group",
@@ -379,3 +380,33 @@ def kill_recorded_servers(root: Path, *, grace_s: float = 5.0) -> list[dict[str,
         with contextlib.suppress(FileNotFoundError):
             record_path.unlink()
     return stopped
+
+
+def kill_processes_matching(text: str, *, grace_s: float = 5.0) -> list[int]:
+    """Stop every process whose command line contains `text` (and their children).
+
+    Used to stop what is left of a local Ray cluster whose driver was killed: its processes all
+    name the cluster's temp dir. This process and its parents are spared.
+
+    Returns:
+        The PIDs that were signalled.
+    """
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.pid not in spared and text in " ".join(proc.info["cmdline"] or []):
+                found[proc.pid] = proc
+                for child in proc.children(recursive=True):
+                    if child.pid not in spared:
+                        found[child.pid] = child
+    for proc in found.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(list(found.values()), timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return sorted(found)

@@ -25,7 +25,7 @@ import psutil
 
 from spec_sweep.failures import SpecSweepError
 from spec_sweep.paths import sweep_state_dir
-from spec_sweep.server import kill_recorded_servers
+from spec_sweep.server import kill_processes_matching, kill_recorded_servers
 from spec_sweep.spec import SpecError, SweepSpec
 
 __all__ = ["SweepState", "fingerprint", "open_state", "spec_diff"]
@@ -48,6 +48,7 @@ def fingerprint(spec: SweepSpec, *, simulate: bool) -> dict[str, Any]:
     flat = {
         k: v for k, v in flat.items() if not any(k == m or k.startswith(m + ".") for m in _MUTABLE)
     }
+    flat = {k: v for k, v in flat.items() if not k.endswith(".description")}
     flat["simulate"] = simulate
     if not simulate:
         flat = {k: v for k, v in flat.items() if k != "node.sim_profile"}
@@ -82,6 +83,11 @@ class SweepState:
     _lock: IO[str] | None = field(default=None, repr=False)
 
     @property
+    def stop_file(self) -> Path:
+        """Present while a driver is stopping: trials ending then were interrupted."""
+        return self.path / "stopping"
+
+    @property
     def complete(self) -> bool:
         """Whether the sweep ran to its budget."""
         return bool(self.data.get("complete"))
@@ -109,6 +115,7 @@ class SweepState:
     def cleanup_leftovers(self) -> list[str]:
         """Kill servers and Ray processes that an earlier, killed run left behind."""
         done: list[str] = []
+        self.stop_file.unlink(missing_ok=True)
         for record in kill_recorded_servers(self.path / "trials"):
             done.append(f"server group {record['pgid']}")
         for entry in self.data.get("ray_pids") or []:
@@ -119,7 +126,16 @@ class SweepState:
                     done.append(f"Ray process {entry['pid']} ({entry.get('name', '')})")
         if self.data.get("ray_pids"):
             self.save_ray_pids([])
+        temp_dir = self.data.get("ray_temp_dir")
+        if temp_dir:
+            for pid in kill_processes_matching(temp_dir):
+                done.append(f"Ray process {pid}")
         return done
+
+    @property
+    def ray_temp_dir(self) -> str:
+        """Temp dir of a local Ray cluster this sweep starts (short: it holds Unix sockets)."""
+        return f"/tmp/spec_sweep-ray-{self.state_id[:12]}"
 
     def close(self) -> None:
         """Release the lock."""
@@ -150,7 +166,9 @@ def open_state(
     print_ = fingerprint(spec, simulate=simulate)
     if state_file.exists():
         data = json.loads(state_file.read_text())
-        old = data.get("fingerprint", {})
+        old = {
+            k: v for k, v in data.get("fingerprint", {}).items() if not k.endswith(".description")
+        }
         diff = spec_diff(old, print_)
         if diff:
             lock.close()
