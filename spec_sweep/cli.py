@@ -52,6 +52,13 @@ def _add_backend(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replay", metavar="FILE.csv", help="answer trials from a recorded table (implies sim)"
     )
+    p.add_argument(
+        "--replay-noise",
+        type=float,
+        default=0.0,
+        metavar="SD",
+        help="with --replay: seeded multiplicative noise on recorded metrics (e.g. 0.02)",
+    )
     p.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
 
 
@@ -153,7 +160,13 @@ def _load(args: argparse.Namespace) -> SweepSpec:
             raise SpecError(f"--trials: {trials} is invalid: use a positive number of trials")
         budget = spec.budget.model_copy(update={"trials": trials})
         spec = spec.model_copy(update={"budget": budget})
-    simulate = getattr(args, "simulate", False) or getattr(args, "replay", None)
+    replay = getattr(args, "replay", None)
+    noise = getattr(args, "replay_noise", 0.0) or 0.0
+    if noise < 0 or noise >= 1:
+        raise SpecError(f"--replay-noise: {noise} is invalid: use a relative sd in [0, 1)")
+    if noise and not replay:
+        raise SpecError("--replay-noise: only applies with --replay FILE.csv")
+    simulate = getattr(args, "simulate", False) and not replay
     if simulate and spec.node.sim_profile is None and spec.node.backend.value != "sim":
         raise SpecError(
             f"{args.sweep}: node.sim_profile: missing: --simulate needs a hardware profile "

@@ -40,13 +40,17 @@ from ray.tune.stopper import Stopper
 from spec_sweep import sampling
 from spec_sweep.failures import FailureMode, SpecSweepError
 from spec_sweep.progress import SweepProgress
+from spec_sweep.replay import ReplayTable, load_replay
 from spec_sweep.server import kill_recorded_servers
 from spec_sweep.space import (
     Config,
     SearchSpace,
     baseline_config,
+    build_command,
     config_key,
+    node_fingerprint,
     normalize_config,
+    redact,
     secret_values,
 )
 from spec_sweep.spec import SweepSpec
@@ -236,6 +240,8 @@ class _Context:
     sim_env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 10.0
     stop_file: Path = Path("/nonexistent/spec_sweep-stop")
+    replay: ReplayTable | None = None
+    replay_noise: float = 0.0
 
 
 def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
@@ -251,7 +257,16 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
         out = _result_dict(spec, trial_id, done.failure_mode, done.metrics, done.reason, True)
         out["time_record_s"] = time.monotonic() - t0
         return out
-    run_id = tracker.start_trial(ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt)
+    fingerprint = node_fingerprint(spec, hardware=_hardware(ctx))
+    if spec.budget.reuse:
+        earlier = tracker.find_reusable(fingerprint, cfg, exclude_parent=ctx.parent_run_id)
+        if earlier is not None:
+            out = _reuse(ctx, trial_id, cfg, attempt, fingerprint, earlier)
+            out["time_record_s"] = time.monotonic() - t0
+            return out
+    run_id = tracker.start_trial(
+        ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt, fingerprint=fingerprint
+    )
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "mlflow_run_id").write_text(run_id)
@@ -264,6 +279,8 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
         simulate=ctx.simulate,
         extra_env=ctx.sim_env,
         grace_s=ctx.grace_s,
+        replay=ctx.replay,
+        replay_noise=ctx.replay_noise,
     )
     t1 = time.monotonic()
     if ctx.stop_file.exists():
@@ -272,15 +289,7 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
         return {"trial_id": trial_id, "interrupted": True, "reason": "interrupted"}
     metrics = dict(result.metrics)
     value = objective_value(spec, metrics) if result.ok else None
-    if trial_id == _BASELINE_ID:
-        base = value
-    else:
-        base_record = tracker.finished_trial_by_id(ctx.parent_run_id, _BASELINE_ID)
-        base = (
-            objective_value(spec, base_record.metrics)
-            if base_record is not None and base_record.failure_mode is FailureMode.NONE
-            else None
-        )
+    base = value if trial_id == _BASELINE_ID else _baseline_value(ctx)
     up = speedup(spec, value, base)
     if up is not None:
         metrics["speedup_vs_baseline"] = round(up, 4)
@@ -289,6 +298,61 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
     out["time_trial_s"] = result.elapsed_s
     out["time_record_s"] = record_s + time.monotonic() - t1
     return out
+
+
+def _hardware(ctx: _Context) -> str:
+    """What the trial runs on, for the node fingerprint (read on the node itself)."""
+    if ctx.replay is not None:
+        return f"replay:{ctx.replay.path}"
+    if ctx.simulate:
+        return f"sim:{ctx.spec.node.sim_profile}"
+    from spec_sweep.gpu import describe_gpus
+
+    return describe_gpus()
+
+
+def _reuse(
+    ctx: _Context,
+    trial_id: str,
+    config: Config,
+    attempt: int,
+    fingerprint: str,
+    earlier: TrialRecord,
+) -> dict[str, Any]:
+    """Answer a trial from a measurement made by an earlier sweep on the same node fingerprint."""
+    spec, tracker = ctx.spec, ctx.tracker
+    run_id = tracker.start_trial(
+        ctx.parent_run_id,
+        trial_id=trial_id,
+        config=config,
+        attempt=attempt,
+        fingerprint=fingerprint,
+    )
+    metrics = {k: v for k, v in earlier.metrics.items() if k != "speedup_vs_baseline"}
+    mode = earlier.failure_mode or FailureMode.CRASH
+    value = objective_value(spec, metrics) if mode is FailureMode.NONE else None
+    base = value if trial_id == _BASELINE_ID else _baseline_value(ctx)
+    up = speedup(spec, value, base)
+    if up is not None:
+        metrics["speedup_vs_baseline"] = round(up, 4)
+    command = redact(build_command(spec, config).shell(), tracker.secrets)
+    tracker.finish_trial(
+        run_id,
+        failure_mode=mode,
+        metrics=metrics,
+        reason=f"{earlier.reason} (reused from run {earlier.run_id})",
+        elapsed_s=0.0,
+        command=command,
+        extra_tags={"spec_sweep.reused_from": earlier.run_id},
+    )
+    return _result_dict(spec, trial_id, mode, metrics, earlier.reason, True)
+
+
+def _baseline_value(ctx: _Context) -> float | None:
+    record = ctx.tracker.finished_trial_by_id(ctx.parent_run_id, _BASELINE_ID)
+    if record is None or record.failure_mode is not FailureMode.NONE:
+        return None
+    return objective_value(ctx.spec, record.metrics)
 
 
 def _record(
@@ -454,12 +518,11 @@ def _start_ray(spec: SweepSpec, *, address: str | None, simulate: bool, state: S
     if address:
         _token_auth_like_head()
         ray.init(address=address, **quiet)
+        _quiet_logs(state.path / "driver.log")
         return False
     gpus: int | None = None
     if simulate:
         gpus = spec.node.gpus
-    # Ray 2.60 turns token auth on for a new local cluster and warns about it; say so explicitly.
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
     state.data["ray_temp_dir"] = state.ray_temp_dir
     state.save_ray_pids([])
     ray.init(
@@ -468,6 +531,7 @@ def _start_ray(spec: SweepSpec, *, address: str | None, simulate: bool, state: S
         _temp_dir=state.ray_temp_dir,
         **quiet,
     )
+    _quiet_logs(state.path / "driver.log")
     return True
 
 
@@ -490,7 +554,9 @@ def _quiet_logs(path: Path) -> None:
     """Send Ray's, MLflow's and Optuna's own logging to a file instead of the terminal."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    for name in ("ray", "mlflow", "optuna", "alembic", "spec_sweep"):
+    # ray.init drops the handlers of the "ray" logger; its auth module's logger keeps ours.
+    names = ("ray", "ray._private.authentication", "mlflow", "optuna", "alembic", "spec_sweep")
+    for name in names:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             logger.removeHandler(old)
@@ -515,6 +581,8 @@ def sweep(
     grace_s: float = 10.0,
     failure_aware: bool = True,
     report: bool = True,
+    replay: str | Path | None = None,
+    replay_noise: float = 0.0,
 ) -> SweepOutcome:
     """Run (or resume) a sweep to its budget; the programmatic core of `spec-sweep run`.
 
@@ -531,7 +599,11 @@ def sweep(
         grace_s: SIGTERM-to-SIGKILL grace at server teardown.
         failure_aware: Let failures teach the sampler (off only for measurements).
         report: Build the report at the end and log it to the parent run.
+        replay: Answer trials from this recorded table (DESIGN 4.6) instead of servers.
+        replay_noise: Relative sd of seeded noise on replayed metrics.
     """
+    table = load_replay(replay, spec) if replay is not None else None
+    simulate = simulate or table is not None
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
@@ -548,6 +620,8 @@ def sweep(
             grace_s=grace_s,
             failure_aware=failure_aware,
             report=report,
+            replay=table,
+            replay_noise=replay_noise,
         )
     finally:
         state.close()
@@ -565,6 +639,8 @@ def _sweep_locked(
     grace_s: float,
     failure_aware: bool,
     report: bool,
+    replay: ReplayTable | None,
+    replay_noise: float,
 ) -> SweepOutcome:
     state.cleanup_leftovers()
     uri = resolve_tracking_uri(spec, tracking_uri)
@@ -614,6 +690,8 @@ def _sweep_locked(
             sim_env=dict(sim_env or {}),
             grace_s=grace_s,
             stop_file=state.stop_file,
+            replay=replay,
+            replay_noise=replay_noise,
         )
         trainable = tune.with_resources(
             tune.with_parameters(_trainable, ctx=ctx),
@@ -795,6 +873,8 @@ def run_sweep(spec: SweepSpec, args: argparse.Namespace) -> int:
         outcome = sweep(
             spec,
             simulate=simulate,
+            replay=args.replay,
+            replay_noise=args.replay_noise,
             fresh=args.fresh,
             state_dir=args.state_dir,
             tracking_uri=args.tracking_uri,

@@ -10,6 +10,7 @@ exact server command line and environment of DESIGN 4.2/4.5: `true` is a bare `-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shlex
@@ -27,6 +28,7 @@ __all__ = [
     "build_command",
     "config_key",
     "is_active",
+    "node_fingerprint",
     "normalize_config",
     "ordered_keys",
     "redact",
@@ -295,3 +297,24 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, _REDACTED)
     return text
+
+
+def node_fingerprint(spec: SweepSpec, *, hardware: str) -> str:
+    """What makes two measurements of one configuration comparable, as a short hash.
+
+    Model, draft model, hardware (GPU model and count, or the simulated profile), SGLang
+    version, launch command, fixed server arguments and environment, and the workload.
+    """
+    node = spec.node
+    identity = {
+        "model": node.model,
+        "draft_model": node.draft_model,
+        "hardware": hardware,
+        "sglang_version": node.sglang_version,
+        "launch": list(node.launch_prefix(simulate=hardware.startswith("sim:"))),
+        "server_args": node.server_args,
+        "env": {k: render_value(v) for k, v in node.env.items()},
+        "workload": spec.workload.model_dump(mode="json"),
+    }
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]

@@ -324,6 +324,11 @@ class BudgetSpec(_Model):
     max_concurrent: int | None = Field(None, gt=0, description="Default: one per node.")
     trial_timeout_s: float = Field(3600.0, gt=0)
     max_hours: float | None = Field(None, gt=0)
+    reuse: bool = Field(
+        False,
+        description="Answer a configuration already measured on the same node fingerprint (in "
+        "any sweep of the MLflow store) from that record instead of launching it again.",
+    )
 
 
 class SearcherSpec(_Model):

@@ -37,6 +37,7 @@ from spec_sweep.spec import SweepSpec
 __all__ = [
     "KIND_SWEEP",
     "KIND_TRIAL",
+    "REUSABLE_MODES",
     "Tracker",
     "TrialRecord",
     "config_hash",
@@ -44,6 +45,16 @@ __all__ = [
     "ui_command",
 ]
 
+#: Outcomes that asking again would not change (a hang or a crash may be transient).
+REUSABLE_MODES = frozenset(
+    {
+        FailureMode.NONE,
+        FailureMode.OOM,
+        FailureMode.ASSERTION,
+        FailureMode.UNSUPPORTED,
+        FailureMode.INVALID_ARGS,
+    }
+)
 KIND_SWEEP = "sweep"
 KIND_TRIAL = "trial"
 _TAG_KIND = "spec_sweep.kind"
@@ -56,6 +67,7 @@ _TAG_ELAPSED = "spec_sweep.elapsed_s"
 _TAG_PROMPTS = "spec_sweep.prompt_source"
 _TAG_ATTEMPT = "spec_sweep.attempt"
 _TAG_REUSED = "spec_sweep.reused_from"
+_TAG_FINGERPRINT = "spec_sweep.node_fingerprint"
 _TAG_FAILURE = "failure_mode"
 
 for _name in ("mlflow", "alembic", "sqlalchemy"):
@@ -231,6 +243,7 @@ class Tracker:
         trial_id: str,
         config: Mapping[str, Any],
         attempt: int = 1,
+        fingerprint: str | None = None,
     ) -> str:
         """Open a RUNNING child run for one trial attempt; returns its run id."""
         summary = ", ".join(
@@ -246,6 +259,7 @@ class Tracker:
                 _TAG_CONFIG: json.dumps(dict(config)),
                 _TAG_CONFIG_HASH: config_hash(config),
                 _TAG_ATTEMPT: str(attempt),
+                **({_TAG_FINGERPRINT: fingerprint} if fingerprint else {}),
             },
         )
         params = [Param(k, redact(_param_value(v), self.secrets)[:6000]) for k, v in config.items()]
@@ -361,6 +375,38 @@ class Tracker:
         for run in runs:
             record = self._record(run)
             if record.finished and config_key(record.config) == config_key(config):
+                return record
+        return None
+
+    def find_reusable(
+        self, fingerprint: str, config: Mapping[str, Any], *, exclude_parent: str
+    ) -> TrialRecord | None:
+        """The first measurement of `config` on this node fingerprint in any experiment.
+
+        Only outcomes that asking again would not change count (`REUSABLE_MODES`: measured,
+        OOM, assertion, unsupported, invalid arguments). Reused records themselves are skipped
+        (the original measurement is returned), and so are the trials of `exclude_parent`.
+        """
+        experiments = [e.experiment_id for e in self.client.search_experiments()]
+        if not experiments:
+            return None
+        runs = self.client.search_runs(
+            experiments,
+            filter_string=f"tags.`{_TAG_FINGERPRINT}` = '{fingerprint}' and "
+            f"tags.`{_TAG_CONFIG_HASH}` = '{config_hash(config)}' and "
+            "attributes.status = 'FINISHED'",
+            max_results=200,
+            order_by=["attributes.start_time ASC"],
+        )
+        for run in runs:
+            record = self._record(run)
+            if (
+                record.finished
+                and record.failure_mode in REUSABLE_MODES
+                and _TAG_REUSED not in record.tags
+                and record.tags.get("mlflow.parentRunId") != exclude_parent
+                and config_key(record.config) == config_key(config)
+            ):
                 return record
         return None
 

@@ -27,6 +27,7 @@ from spec_sweep import gpu
 from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.metrics import bench_metrics
+from spec_sweep.replay import ReplayTable, load_replay, replay_result
 from spec_sweep.server import ServerProcess, free_port, group_pids, launch_server
 from spec_sweep.space import Config, build_command, redact, resolve_config, secret_values
 from spec_sweep.spec import SpecError, SweepSpec
@@ -104,6 +105,8 @@ def run_trial(
     extra_env: Mapping[str, str] | None = None,
     grace_s: float = 10.0,
     on_launch: Callable[[ServerProcess], None] | None = None,
+    replay: ReplayTable | None = None,
+    replay_noise: float = 0.0,
 ) -> TrialResult:
     """Run one configuration through the whole trial path.
 
@@ -117,6 +120,8 @@ def run_trial(
         extra_env: Environment added to the server's (e.g. simulator time scale).
         grace_s: Seconds between SIGTERM and SIGKILL at teardown.
         on_launch: Called with the server right after it started (for bookkeeping).
+        replay: Answer from this recorded table instead of launching a server (DESIGN 4.6).
+        replay_noise: Relative sd of seeded multiplicative noise on replayed metrics.
 
     Returns:
         The classified outcome; failures of the configuration are results.
@@ -124,6 +129,11 @@ def run_trial(
     Raises:
         gpu.GpuBusyError: other processes held the node's GPUs for the whole wait.
     """
+    if replay is not None:
+        fields = replay_result(
+            spec, config, replay, trial_dir=trial_dir, noise=replay_noise, seed=spec.searcher.seed
+        )
+        return TrialResult(trial_id=trial_id, **fields)
     started_at = time.time()
     t0 = time.monotonic()
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -287,9 +297,16 @@ def trial_command(spec: SweepSpec, overrides: Mapping[str, Any], args: argparse.
     except ValueError as exc:
         raise SpecError(f"--set: {exc}") from exc
     simulate = bool(args.simulate or args.replay)
+    table = load_replay(args.replay, spec) if args.replay else None
     trial_dir = manual_trial_dir(spec)
     result = run_trial(
-        spec, config, trial_dir=trial_dir, trial_id=trial_dir.name, simulate=simulate
+        spec,
+        config,
+        trial_dir=trial_dir,
+        trial_id=trial_dir.name,
+        simulate=simulate,
+        replay=table,
+        replay_noise=args.replay_noise,
     )
     if args.tracking_uri or spec.tracking.uri:
         from spec_sweep.tracking import log_single_trial
