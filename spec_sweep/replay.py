@@ -141,7 +141,8 @@ def replay_result(
     """Answer one trial from the table; returns the fields of a `TrialResult`.
 
     The trial folder gets the same files a launched trial leaves (`command.txt` with the command
-    that would have run, `server.log` saying where the answer came from, `bench.json`).
+    that would have run, `server.log` saying where the answer came from, and `bench.json` when
+    the recorded trial got as far as its benchmark).
     """
     started_at = time.time()
     t0 = time.monotonic()
@@ -162,8 +163,10 @@ def replay_result(
         reason = f"{mode.value}: replayed from {table.path} line {row.line}"
         log = f"[replay] answered from {table.path} line {row.line}: failure_mode={mode.value}\n"
     (trial_dir / "server.log").write_text(log)
-    bench = {"replayed_from": table.path, "line": row.line if row else None, "noise": noise}
-    (trial_dir / "bench.json").write_text(json.dumps(bench))
+    if mode in (FailureMode.NONE, FailureMode.HANG, FailureMode.BENCH_ERROR):
+        # A live trial leaves bench.json when its benchmark ran; so does a replayed one.
+        bench = {"replayed_from": table.path, "line": row.line if row else None, "noise": noise}
+        (trial_dir / "bench.json").write_text(json.dumps(bench))
     return {
         "config": dict(config),
         "failure_mode": mode,
