@@ -53,7 +53,7 @@ from spec_sweep.space import (
     redact,
     secret_values,
 )
-from spec_sweep.spec import SweepSpec
+from spec_sweep.spec import SpecError, SweepSpec
 from spec_sweep.state import SweepState, open_state
 from spec_sweep.tracking import Tracker, TrialRecord, resolve_tracking_uri
 from spec_sweep.trial import TrialResult, run_trial
@@ -257,6 +257,22 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
         out = _result_dict(spec, trial_id, done.failure_mode, done.metrics, done.reason, True)
         out["time_record_s"] = time.monotonic() - t0
         return out
+    node_id = ray.get_runtime_context().get_node_id()
+    # Whatever an earlier attempt left on this node goes first (a trial holds the whole node).
+    kill_recorded_servers(ctx.trials_dir, node_id=node_id)
+    previous = tracker.attempts(ctx.parent_run_id, trial_id)
+    for lost in previous:
+        if lost.status == "RUNNING":
+            # Its worker died mid-trial (Tune retries the trial): the attempt was lost.
+            tracker.kill_run(
+                lost.run_id,
+                tags={
+                    "failure_mode": FailureMode.NODE_LOST.value,
+                    "spec_sweep.reason": "node lost: the node or its Ray worker went away "
+                    "mid-trial; retried elsewhere",
+                },
+            )
+    attempt = max(attempt, len(previous) + 1)
     fingerprint = node_fingerprint(spec, hardware=_hardware(ctx))
     if spec.budget.reuse:
         earlier = tracker.find_reusable(fingerprint, cfg, exclude_parent=ctx.parent_run_id)
@@ -271,17 +287,24 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "mlflow_run_id").write_text(run_id)
     record_s = time.monotonic() - t0
-    result = run_trial(
-        spec,
-        cfg,
-        trial_dir=trial_dir,
-        trial_id=trial_id,
-        simulate=ctx.simulate,
-        extra_env=ctx.sim_env,
-        grace_s=ctx.grace_s,
-        replay=ctx.replay,
-        replay_noise=ctx.replay_noise,
-    )
+    try:
+        result = run_trial(
+            spec,
+            cfg,
+            trial_dir=trial_dir,
+            trial_id=trial_id,
+            simulate=ctx.simulate,
+            extra_env=ctx.sim_env,
+            grace_s=ctx.grace_s,
+            replay=ctx.replay,
+            replay_noise=ctx.replay_noise,
+            node_id=node_id,
+        )
+    except Exception as exc:
+        # The machinery failed (GPUs held by others, ...), not the configuration: the attempt
+        # ends KILLED with the reason and Tune retries the trial once.
+        tracker.kill_run(run_id, tags={"spec_sweep.reason": f"{type(exc).__name__}: {exc}"[:4000]})
+        raise
     t1 = time.monotonic()
     if ctx.stop_file.exists():
         # The driver is stopping (Ctrl-C) and tore the server down: this trial did not finish.
@@ -644,6 +667,61 @@ def _sweep_locked(
 ) -> SweepOutcome:
     state.cleanup_leftovers()
     uri = resolve_tracking_uri(spec, tracking_uri)
+    started_ray = _start_ray(spec, address=address, simulate=simulate, state=state)
+    if started_ray:
+        state.save_ray_pids(_ray_pids())
+    try:
+        n_nodes = _check_cluster(spec, simulate=simulate)
+        _check_tracking_reachable(uri, n_nodes=n_nodes)
+        return _run(
+            spec,
+            state,
+            uri=uri,
+            n_nodes=n_nodes,
+            simulate=simulate,
+            sim_env=sim_env,
+            progress=progress,
+            grace_s=grace_s,
+            failure_aware=failure_aware,
+            report=report,
+            replay=replay,
+            replay_noise=replay_noise,
+        )
+    finally:
+        if started_ray:
+            ray.shutdown()
+            state.save_ray_pids([])
+            shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+
+
+def _check_tracking_reachable(uri: str, *, n_nodes: int) -> None:
+    """Refuse a store on the driver's disk when trials run on several nodes."""
+    local = uri.startswith(("sqlite:", "file:", "/", "./")) or "://" not in uri
+    if n_nodes > 1 and local:
+        raise SpecError(
+            f"tracking URI {uri!r} is a file on this machine, which the other "
+            f"{n_nodes - 1} node(s) of the Ray cluster cannot reach: run an MLflow server on the "
+            "head node (mlflow server --backend-store-uri sqlite:///mlruns/mlflow.db "
+            "--artifacts-destination ./mlruns/artifacts --host 0.0.0.0 --port 5000) and pass "
+            "--tracking-uri http://<head>:5000 (or set tracking.uri)"
+        )
+
+
+def _run(
+    spec: SweepSpec,
+    state: SweepState,
+    *,
+    uri: str,
+    n_nodes: int,
+    simulate: bool,
+    sim_env: Mapping[str, str] | None,
+    progress: SweepProgress | None,
+    grace_s: float,
+    failure_aware: bool,
+    report: bool,
+    replay: ReplayTable | None,
+    replay_noise: float,
+) -> SweepOutcome:
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
     parent_run_id, reattached = tracker.start_sweep(
         spec, state_id=state.state_id, simulate=simulate
@@ -667,13 +745,9 @@ def _sweep_locked(
         tracker.finish_sweep(parent_run_id, metrics=_best_metrics(spec, outcome.records))
         return outcome
 
-    started_ray = _start_ray(spec, address=address, simulate=simulate, state=state)
-    if started_ray:
-        state.save_ray_pids(_ray_pids())
     interrupt = _Interrupt()
     previous = _install_sigint(interrupt, state)
     try:
-        n_nodes = _check_cluster(spec, simulate=simulate)
         searcher = SweepSearcher(
             spec,
             history=list(finished.values()),
@@ -716,23 +790,25 @@ def _sweep_locked(
                 callbacks=callbacks,
                 progress_reporter=None,
                 log_to_file=True,
+                # A node (or its Ray worker) lost mid-trial: retry the trial once, elsewhere.
+                failure_config=tune.FailureConfig(max_failures=1),
             ),
         )
         tuner.fit()
         outcome.interrupted = interrupt.event.is_set()
         outcome.exhausted = searcher.exhausted
         outcome.study = searcher.study
+    except BaseException:
+        # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
+        with contextlib.suppress(Exception):
+            tracker.finish_sweep(parent_run_id, status="KILLED")
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
         kill_recorded_servers(state.path / "trials")
-        records = tracker.trials(parent_run_id)
-        for record in records:
+        for record in tracker.trials(parent_run_id):
             if record.status == "RUNNING":
                 tracker.kill_run(record.run_id)
-        if started_ray:
-            ray.shutdown()
-            state.save_ray_pids([])
-            shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
     outcome.records = tracker.trials(parent_run_id)
     _backfill_speedup(spec, tracker, outcome.records)
     outcome.records = tracker.trials(parent_run_id)

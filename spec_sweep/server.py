@@ -244,6 +244,7 @@ def launch_server(
     port: int,
     extra_env: Mapping[str, str] | None = None,
     record_dir: Path | None = None,
+    node_id: str | None = None,
 ) -> ServerProcess:
     """Start a server in its own process group, output to `log_path`.
 
@@ -257,6 +258,7 @@ def launch_server(
         port: Its port.
         extra_env: Environment added on top of the command's (e.g. simulator settings).
         record_dir: Where to write `server.json` (pid, group, start time) for later cleanup.
+        node_id: The Ray node the server runs on (recorded, so cleanup stays on its node).
     """
     argv = list(command.argv)
     if argv and argv[0] in ("python", "python3"):
@@ -287,6 +289,7 @@ def launch_server(
             "port": port,
             "argv": argv,
             "log": str(log_path),
+            "node_id": node_id,
         }
         record_path.write_text(json.dumps(record))
     return ServerProcess(
@@ -356,10 +359,14 @@ def stop_process_group(
         time.sleep(0.05)
 
 
-def kill_recorded_servers(root: Path, *, grace_s: float = 5.0) -> list[dict[str, Any]]:
+def kill_recorded_servers(
+    root: Path, *, grace_s: float = 5.0, node_id: str | None = None
+) -> list[dict[str, Any]]:
     """Kill every server recorded under `root` (`**/server.json`) that is still alive.
 
-    A record whose pid was reused by another process (different start time) is not touched.
+    A record whose pid was reused by another process (different start time) is not touched;
+    with `node_id`, only servers recorded by that Ray node are (several nodes of one host share
+    the folder).
 
     Returns:
         The records of the groups that were found alive and stopped.
@@ -370,6 +377,8 @@ def kill_recorded_servers(root: Path, *, grace_s: float = 5.0) -> list[dict[str,
             record = json.loads(record_path.read_text())
             pgid = int(record["pgid"])
         except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if node_id is not None and record.get("node_id") not in (None, node_id):
             continue
         alive = group_pids(pgid)
         leader_time = _create_time(int(record.get("pid", pgid)))

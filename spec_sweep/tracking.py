@@ -312,9 +312,19 @@ class Tracker:
             run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()]
         )
 
-    def kill_run(self, run_id: str) -> None:
-        """Close a run as KILLED."""
+    def kill_run(self, run_id: str, *, tags: Mapping[str, str] | None = None) -> None:
+        """Close a run as KILLED (with tags saying why, if given)."""
+        if tags:
+            self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status="KILLED")
+
+    def attempts(self, parent_run_id: str, trial_id: str) -> list[TrialRecord]:
+        """Every child run (attempt) of one trial of a sweep, oldest first."""
+        runs = self._search(
+            f"tags.`mlflow.parentRunId` = '{parent_run_id}' and "
+            f"tags.`{_TAG_TRIAL_ID}` = '{trial_id}'"
+        )
+        return sorted((self._record(r) for r in runs), key=lambda r: r.start_time)
 
     def trials(self, parent_run_id: str) -> list[TrialRecord]:
         """Every child run of a sweep, oldest first."""

@@ -107,6 +107,7 @@ def run_trial(
     on_launch: Callable[[ServerProcess], None] | None = None,
     replay: ReplayTable | None = None,
     replay_noise: float = 0.0,
+    node_id: str | None = None,
 ) -> TrialResult:
     """Run one configuration through the whole trial path.
 
@@ -122,6 +123,7 @@ def run_trial(
         on_launch: Called with the server right after it started (for bookkeeping).
         replay: Answer from this recorded table instead of launching a server (DESIGN 4.6).
         replay_noise: Relative sd of seeded multiplicative noise on replayed metrics.
+        node_id: The Ray node running the trial, recorded with the server for cleanup.
 
     Returns:
         The classified outcome; failures of the configuration are results.
@@ -152,6 +154,7 @@ def run_trial(
         port=port,
         extra_env=extra_env,
         record_dir=trial_dir,
+        node_id=node_id,
     )
     if on_launch is not None:
         on_launch(server)
