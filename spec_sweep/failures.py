@@ -254,10 +254,12 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
     ),
     LogPattern(
         FailureMode.UNSUPPORTED,
-        _EXC + r"(?:TorchSymmMemCommunicator: .*not supported"
+        _PFX + r"(?:[A-Za-z_]\w*Error: |Failed to initialize TorchSymmMemCommunicator: )?"
+        r"(?:TorchSymmMemCommunicator: .*not supported"
         r"|torch symmetric memory multicast operations are not supported)",
-        "SGLang's torch symmetric-memory all-reduce refused this GPU or world size (raised, "
-        "not the warning some versions log instead)",
+        "SGLang's torch symmetric-memory all-reduce refused this GPU or world size (raised, or "
+        "logged when SGLang falls back: only printed when the trial asked for the feature, so "
+        "the asked-for flag does nothing on this node, like FlashInfer's fusion fallback)",
         "sgl-project/sglang python/sglang/srt/distributed/device_communicators/torch_symm_mem.py",
     ),
     LogPattern(

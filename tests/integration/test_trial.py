@@ -89,6 +89,7 @@ _PARAMS: dict[str, dict[str, Any]] = {
         **_COMMON_PARAMS,
         "cuda-graph-max-bs-decode": {"choices": [32, 64, 128, 256, 512], "default": 128},
         "flashinfer-allreduce-fusion-backend": {"choices": [None, "auto"]},
+        "enable-torch-symm-mem": {"choices": [False, True], "default": False},
     },
 }
 
@@ -356,6 +357,12 @@ def test_failing_configuration_is_classified_and_stopped_within_2s_of_fatal_line
             {"enable-torch-symm-mem": True},
             FailureMode.UNSUPPORTED,
             id="unsupported-torch-symm-mem-on-sm120",
+        ),
+        pytest.param(
+            "0.5.23",
+            {"enable-torch-symm-mem": True},
+            FailureMode.UNSUPPORTED,
+            id="unsupported-torch-symm-mem-fallback-warning-on-sm120",
         ),
     ],
 )

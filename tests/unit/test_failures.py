@@ -147,6 +147,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "communicator is not available.",
         "RuntimeError: TorchSymmMemCommunicator: torch symmetric memory multicast operations are "
         "not supported.",
+        # Logged (SGLang falls back) when --enable-torch-symm-mem was asked for: the flag is dead.
+        "[2025-09-01 10:00:07 TP0] Failed to initialize TorchSymmMemCommunicator: "
+        "TorchSymmMemCommunicator: Device capability 12 not supported, communicator is not "
+        "available.",
+        "[2026-11-29 13:38:34 TP0] TorchSymmMemCommunicator: Device capability 12 not supported, "
+        "communicator is not available.",
     ),
     # sglang layers/flashinfer_comm_fusion.py (0.5.23) on SM120.
     "a feature refuses this GPU generation": (
@@ -308,9 +314,6 @@ BENIGN = (
     "[2025-09-01 10:00:07 TP0] Custom allreduce is disabled because your platform lacks GPU P2P "
     "capability or P2P test failed. To silence this warning, specify "
     "disable_custom_all_reduce=True explicitly.",
-    "[2025-09-01 10:00:07 TP0] Failed to initialize TorchSymmMemCommunicator: "
-    "TorchSymmMemCommunicator: Device capability 12 not supported, communicator is not "
-    "available.",
     "[2025-09-01 10:00:07 TP0] TorchSymmMemCommunicator is disabled, skipping initialization",
     "[2025-09-01 10:00:07 TP0] flashinfer.comm allreduce_fusion API is not available (No module "
     "named 'flashinfer.comm'), falling back to standard implementation",
