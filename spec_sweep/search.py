@@ -699,8 +699,8 @@ def _check_tracking_reachable(uri: str, *, n_nodes: int) -> None:
     local = uri.startswith(("sqlite:", "file:", "/", "./")) or "://" not in uri
     if n_nodes > 1 and local:
         raise SpecError(
-            f"tracking URI {uri!r} is a file on this machine, which the other "
-            f"{n_nodes - 1} node(s) of the Ray cluster cannot reach: run an MLflow server on the "
+            f"tracking URI {uri!r} is a file on this machine, which the {n_nodes} nodes that "
+            "run trials cannot all reach: run an MLflow server on the "
             "head node (mlflow server --backend-store-uri sqlite:///mlruns/mlflow.db "
             "--artifacts-destination ./mlruns/artifacts --host 0.0.0.0 --port 5000) and pass "
             "--tracking-uri http://<head>:5000 (or set tracking.uri)"

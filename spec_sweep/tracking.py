@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -70,6 +71,9 @@ _TAG_REUSED = "spec_sweep.reused_from"
 _TAG_FINGERPRINT = "spec_sweep.node_fingerprint"
 _TAG_FAILURE = "failure_mode"
 
+# MLflow prints "View run ... at: <url>" to stdout when a run on a tracking server ends; the
+# sweep's own summary says where to look.
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 for _name in ("mlflow", "alembic", "sqlalchemy"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
