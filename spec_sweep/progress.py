@@ -121,6 +121,16 @@ class SweepProgress:
             self._print(self._line(row))
         self._refresh()
 
+    def retrying(self, trial_id: str) -> None:
+        """The trial's node or worker was lost: it is retried once, elsewhere."""
+        with self._lock:
+            row = self._rows.setdefault(trial_id, _Row(trial_id, {}))
+            row.state = "retrying"
+            row.result = {"failure_mode": "node_lost"}
+        if self._live is None:
+            self._print(f"{trial_id} node_lost (retrying on another node)")
+        self._refresh()
+
     def errored(self, trial_id: str, error: str) -> None:
         """The machinery around a trial failed."""
         with self._lock:

@@ -489,6 +489,12 @@ class _ProgressCallback(Callback):
         if self.progress is not None:
             self.progress.errored(str(trial.config.get(_TRIAL_ID)), str(trial.error_file or ""))
 
+    def on_trial_recover(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        if self.progress is not None:
+            self.progress.retrying(str(trial.config.get(_TRIAL_ID)))
+
 
 def _clean(config: Mapping[str, Any]) -> Config:
     """A Tune trial config without our bookkeeping keys, floats rounded as the space does."""
