@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except KeyboardInterrupt:
-        _err.print("interrupted")
+        hint = ": run the same command again to resume" if args.command == "run" else ""
+        _err.print(f"interrupted{hint}")
         return EXIT_INTERRUPTED
     except SpecError as exc:
         _fail(args, exc)

@@ -950,11 +950,14 @@ def run_sweep(spec: SweepSpec, args: argparse.Namespace) -> int:
     from spec_sweep.cli import EXIT_INTERRUPTED, EXIT_OK
 
     simulate = bool(args.simulate or args.replay)
+    # Simulator settings reach servers on every node, not only those that inherit this process.
+    sim_env = {k: v for k, v in os.environ.items() if k.startswith("SPEC_SWEEP_SIM_")}
     progress = SweepProgress()
     with progress:
         outcome = sweep(
             spec,
             simulate=simulate,
+            sim_env=sim_env if simulate else None,
             replay=args.replay,
             replay_noise=args.replay_noise,
             fresh=args.fresh,

@@ -284,8 +284,15 @@ class Tracker:
         log_path: str | Path | None = None,
         bench_path: str | Path | None = None,
         extra_tags: Mapping[str, str] | None = None,
-    ) -> None:
-        """Log a trial's outcome and artifacts, then close its child run as FINISHED."""
+    ) -> bool:
+        """Log a trial's outcome and artifacts, then close its child run as FINISHED.
+
+        Returns:
+            False (and writes nothing) when the run is no longer RUNNING: a newer driver closed
+            it as KILLED and re-queued the trial, so this late result must not count.
+        """
+        if self.client.get_run(run_id).info.status != "RUNNING":
+            return False
         now = int(time.time() * 1000)
         tags = {
             _TAG_FAILURE: failure_mode.value,
@@ -308,6 +315,7 @@ class Tracker:
         if bench_path is not None and Path(bench_path).is_file():
             self.client.log_artifact(run_id, str(bench_path))
         self.client.set_terminated(run_id, status="FINISHED")
+        return True
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
         """Add metrics to a (possibly finished) run."""
