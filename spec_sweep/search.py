@@ -18,6 +18,7 @@ import contextlib
 import logging
 import math
 import os
+import random
 import shutil
 import signal
 import sys
@@ -109,7 +110,16 @@ def constraint_violations(spec: SweepSpec, metrics: Mapping[str, float]) -> dict
 
 
 class SweepSearcher(OptunaSearch):
-    """OptunaSearch with a fixed trial order, no repeats, and failures that teach the sampler."""
+    """OptunaSearch with a fixed trial order, no repeats, and failures that teach the sampler.
+
+    Order of proposals: the queue (the baseline on a fresh sweep, interrupted trials on a
+    resumed one), then for TPE the screening design (`sampling.screening_design`: one-factor
+    changes of the baseline, a third of the budget), then the model. A model proposal that
+    repeats a measured configuration is asked again (three times); if the model insists, the
+    sweep takes a local step instead: an unmeasured neighbour of that configuration (one value
+    changed), the one least likely to fail by `sampling.FailureModel`, seeded ties. Random
+    search stays random: it just draws again.
+    """
 
     def __init__(
         self,
@@ -128,7 +138,7 @@ class SweepSearcher(OptunaSearch):
             requeue: (trial id, configuration, attempt) to run first, in order: the baseline on
                 a fresh sweep, interrupted trials on a resumed one.
             next_index: Index of the next new trial id.
-            failure_aware: Let the sampler learn from failed trials.
+            failure_aware: Let the sampler (and the local steps) learn from failed trials.
         """
         self._spec = spec
         super().__init__(
@@ -136,12 +146,13 @@ class SweepSearcher(OptunaSearch):
             metric=spec.objective.metric,
             mode=spec.objective.mode,
             sampler=sampling.make_sampler(spec, failure_aware=failure_aware),
-            seed=spec.searcher.seed,
         )
         self._queue = list(requeue)
         self._next_index = next_index
         self._ids: dict[str, tuple[str, Config]] = {}
         self._seen: set[str] = set()
+        self._failure_aware = failure_aware
+        self._rng = random.Random(f"steps:{spec.searcher.seed}")
         self.exhausted = False
         for record in history:
             sampling.add_finished(
@@ -158,38 +169,85 @@ class SweepSearcher(OptunaSearch):
             self._seen.add(config_key(record.config))
         for _, config, _ in self._queue:
             self._seen.add(config_key(config))
+        self._design: list[Config] = []
+        if spec.searcher.kind == "tpe":
+            design = sampling.screening_design(spec, seed=spec.searcher.seed)
+            self._design = [c for c in design if config_key(c) not in self._seen]
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """The next configuration, tagged with our trial id and attempt number."""
         if self._queue:
             our_id, config, attempt = self._queue.pop(0)
-            self.study.enqueue_trial(dict(config))
-            params = super().suggest(trial_id)
-            self._ids[trial_id] = (our_id, normalize_config(self._spec, params or {}))
-            return {**(params or {}), _TRIAL_ID: our_id, _ATTEMPT: attempt}
+            return self._fixed(trial_id, config, our_id=our_id, attempt=attempt)
+        while self._design:
+            config = self._design.pop(0)
+            if config_key(config) not in self._seen:
+                return self._fixed(trial_id, config)
+        repeated: Config | None = None
         for attempt in range(_MAX_REPEATS):
-            if attempt < _MODEL_REPEATS:
+            if attempt >= _MODEL_REPEATS and repeated is not None:
+                step = self._local_step(repeated)
+                if step is not None:
+                    return self._fixed(trial_id, step)
+            if attempt < _MODEL_REPEATS or self._spec.searcher.kind != "tpe":
                 params = super().suggest(trial_id)
             else:
-                # The model keeps proposing what was measured (it is sure of that region):
-                # explore with one random proposal instead of launching a repeat.
-                with sampling.random_sampling(self.study, seed=attempt + self._next_index):
+                # No unmeasured neighbour: explore with one random proposal.
+                seed = self._rng.randrange(2**31)
+                with sampling.random_sampling(self.study, seed=seed):
                     params = super().suggest(trial_id)
             if params is None:
                 return None
             config = normalize_config(self._spec, params)
             key = config_key(config)
             if key not in self._seen:
-                self._seen.add(key)
-                our_id = trial_name(self._next_index)
-                self._next_index += 1
-                self._ids[trial_id] = (our_id, config)
-                return {**params, _TRIAL_ID: our_id, _ATTEMPT: 1}
+                return self._accept(trial_id, params, config)
             # A repeat: answered by the record, never launched. Optuna forgets it.
+            repeated = config
             ot_trial = self._ot_trials.pop(trial_id)
             sampling.discard_repeat(self.study, ot_trial)
         self.exhausted = True
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _fixed(
+        self, trial_id: str, config: Config, *, our_id: str | None = None, attempt: int = 1
+    ) -> dict[str, Any] | None:
+        """Propose exactly `config` (through the study, so Optuna records it)."""
+        self.study.enqueue_trial(dict(config))
+        params = super().suggest(trial_id)
+        normalized = normalize_config(self._spec, params or {})
+        return self._accept(trial_id, params or {}, normalized, our_id=our_id, attempt=attempt)
+
+    def _accept(
+        self,
+        trial_id: str,
+        params: dict[str, Any],
+        config: Config,
+        *,
+        our_id: str | None = None,
+        attempt: int = 1,
+    ) -> dict[str, Any]:
+        self._seen.add(config_key(config))
+        if our_id is None:
+            our_id = trial_name(self._next_index)
+            self._next_index += 1
+        self._ids[trial_id] = (our_id, config)
+        return {**params, _TRIAL_ID: our_id, _ATTEMPT: attempt}
+
+    def _local_step(self, config: Config) -> Config | None:
+        """An unmeasured neighbour of `config`, the least likely to fail (seeded ties)."""
+        options = [
+            c
+            for c in sampling.neighbors(self._spec, config, rng=self._rng)
+            if config_key(c) not in self._seen
+        ]
+        if not options:
+            return None
+        self._rng.shuffle(options)
+        if self._failure_aware:
+            model = sampling.failure_model(self.study)
+            options.sort(key=lambda c: -model.log_ok(c))
+        return options[0]
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """A trial reports once, at its end (`on_trial_complete`); nothing to do here."""

@@ -43,7 +43,8 @@ search_space:
   params:
     mem-fraction-static: {{choices: [0.88, 0.97], default: 0.88}}
 baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1, warmup_prompts: 0}}
+workload:
+  {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1, warmup_prompts: 0}}
 objective: {{metric: output_throughput, mode: max}}
 budget: {{trials: {trials}, reuse: {reuse}}}
 searcher: {{kind: tpe, seed: 3}}
@@ -112,7 +113,7 @@ def layout(project: Path, run: Any) -> dict[str, Any]:
 
 
 def test_export_is_a_replay_table(live: tuple[Path, SweepSpec, SweepOutcome, Path]) -> None:
-    _, spec, outcome, table = live
+    _, spec, _outcome, table = live
     with table.open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == spec.budget.trials

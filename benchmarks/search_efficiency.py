@@ -1,0 +1,593 @@
+"""Search efficiency: how many trials each search strategy needs to get within 2 % of the best.
+
+Every trial on a real node costs minutes of 8 GPUs, so the number of trials a search needs is
+the product's central performance figure. This benchmark measures it on replay tables that hold
+a whole grid of configurations (`benchmarks/grids/*.yaml`, one per simulated node, each over a
+thousand configurations with large failing regions), exported from the simulator's own model by
+`benchmarks/sim_grid.py` into `--cache` (generated once, ~30 s a grid; not committed).
+
+For each grid and strategy, every run counts the trials until the best-so-far (over successful
+trials meeting the objective's constraints) is within 2 % of the table's best, up to `--cap`
+trials ("> cap" when never), and the share of trials spent on failing configurations, both up
+to that point and over the first `--budget` trials. Strategies:
+
+* **TPE, failure-aware** (the sweep's default) and **TPE, failures ignored**: exactly the sweep's
+  searcher, `spec_sweep.search.SweepSearcher` (`failure_aware=True` / `False`), driven without
+  Ray: the baseline first, the screening design, no repeated configuration, local steps. One
+  run per seed (`searcher.seed` = 0 .. seeds-1).
+* **random search**: `SweepSearcher` with `searcher.kind: random` (baseline first, then uniform
+  draws over the define-by-run space, no repeats).
+* **SGLang auto_benchmark, tier 2**: the candidate plan of `python -m sglang.auto_benchmark`
+  (sgl-project/sglang `python/sglang/auto_benchmark_lib.py`, `build_candidates`): the baseline,
+  then the cartesian product of the first three searched flags, then one flag at a time for the
+  next five, each flag cut to its first three values, deduplicated; a base stage over the
+  server flags, then a speculative stage over the EAGLE tree flags on top of the best base
+  configuration. Every candidate is one server launch, in plan order. Environment variables
+  are not searchable there (`server.env` is fixed), so `env.*` parameters keep their baseline
+  value. The plan has nothing random: every seed gives the same run. Two rows: with
+  `search.max_candidates: null` (the whole tier-2 plan) and with its default of 8 per stage.
+
+The sweep path itself (Ray Tune + MLflow, `spec-sweep run --replay`) drives the same searcher
+class, so it proposes the same configurations; it only adds about 0.06 s of orchestration per
+trial (`benchmarks/overhead.py`).
+
+Run: `.venv/bin/python benchmarks/search_efficiency.py` (about 80 s on 2 cores, plus 45 s the
+first time to generate the tables); `--validate 18` first checks each table against the real
+trial path (`sim_grid.py --validate`, about 5 minutes); `--markdown` prints the README table;
+`--first-seed 10 --seeds 40` repeats it on other seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import logging
+import math
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sim_grid  # noqa: E402
+
+from spec_sweep.failures import FailureMode  # noqa: E402
+from spec_sweep.replay import ReplayTable, load_replay  # noqa: E402
+from spec_sweep.search import SweepSearcher, constraint_violations  # noqa: E402
+from spec_sweep.space import (  # noqa: E402
+    Config,
+    baseline_config,
+    is_active,
+    normalize_config,
+    ordered_keys,
+)
+from spec_sweep.spec import Scalar, SweepSpec, load_spec  # noqa: E402
+
+GRIDS = {
+    "pcie": ROOT / "benchmarks" / "grids" / "pcie.yaml",
+    "h200": ROOT / "benchmarks" / "grids" / "h200.yaml",
+}
+TOLERANCE = 0.02
+#: The speculative knobs: auto_benchmark searches them in its second stage.
+_SPECULATIVE = "speculative-algorithm"
+_AUTO_BENCH_TIER2_HEAD = 3  # flags in the cartesian product
+_AUTO_BENCH_TIER2_ITEMS = 8  # flags searched at all
+_AUTO_BENCH_TIER2_VALUES = 3  # values per flag
+_AUTO_BENCH_DEFAULT_MAX = 8  # DEFAULT_MAX_CANDIDATES
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+@dataclass
+class Table:
+    """A grid's replay table and what a search is measured against."""
+
+    name: str
+    spec: SweepSpec
+    replay: ReplayTable
+    best: float
+    best_config: Config
+    failing: float
+    near: int
+    random_hit: float
+
+    def target_met(self, value: float | None) -> bool:
+        """Whether a best-so-far value is within 2 % of the table's best."""
+        if value is None:
+            return False
+        if self.spec.objective.mode == "max":
+            return value >= self.best * (1.0 - TOLERANCE)
+        return value <= self.best * (1.0 + TOLERANCE)
+
+
+def _digest(spec_path: Path) -> str:
+    """What the table depends on: the grid spec, the generator and the simulator's code."""
+    parts = [spec_path, Path(sim_grid.__file__)]
+    parts += sorted((ROOT / "spec_sweep" / "sim").rglob("*.py"))
+    parts += sorted((ROOT / "spec_sweep" / "sim" / "profiles").glob("*.yaml"))
+    parts += [ROOT / "spec_sweep" / "failures.py", ROOT / "spec_sweep" / "metrics.py"]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def load_table(name: str, spec_path: Path, cache: Path) -> Table:
+    """The grid's replay table, generated into `cache` unless it is there already."""
+    spec = load_spec(spec_path)
+    path = cache / f"{spec.name}-{_digest(spec_path)}.csv"
+    if not path.exists():
+        t0 = time.monotonic()
+        rows = sim_grid.generate(spec)
+        partial = path.with_suffix(".part")
+        sim_grid.write_table(spec, rows, partial)
+        partial.replace(path)
+        print(f"generated {path} ({len(rows)} rows, {time.monotonic() - t0:.0f} s)")
+    replay = load_replay(path, spec)
+    sign = 1.0 if spec.objective.mode == "max" else -1.0
+    scored = [(row, _value(spec, row.failure_mode, row.metrics)) for row in replay.rows.values()]
+    ok = [(row, v) for row, v in scored if v is not None]
+    best_row, best = max(ok, key=lambda rv: sign * rv[1])
+    table = Table(
+        name=name,
+        spec=spec,
+        replay=replay,
+        best=best,
+        best_config=best_row.config,
+        failing=sum(1 for r in replay.rows.values() if r.failure_mode is not FailureMode.NONE)
+        / len(replay),
+        near=0,
+        random_hit=0.0,
+    )
+    near = [row for row, v in ok if table.target_met(v)]
+    table.near = len(near)
+    table.random_hit = sum(_random_probability(spec, row.config) for row in near)
+    return table
+
+
+def _value(spec: SweepSpec, mode: FailureMode, metrics: Mapping[str, float]) -> float | None:
+    """The objective of a successful trial that meets the constraints, else None."""
+    if mode is not FailureMode.NONE:
+        return None
+    value = metrics.get(spec.objective.metric)
+    if value is None or not math.isfinite(value):
+        return None
+    if any(v > 0 for v in constraint_violations(spec, metrics).values()):
+        return None
+    return float(value)
+
+
+def _random_probability(spec: SweepSpec, config: Mapping[str, Scalar]) -> float:
+    """Probability that one uniform draw over the define-by-run space is `config`."""
+    p = 1.0
+    for key in config:
+        p /= len(spec.params[key].values())
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+@dataclass
+class Run:
+    """One search on one table."""
+
+    hit: int | None  # trials until within 2 % (None: not within the cap / plan)
+    failed: list[bool] = field(default_factory=list)  # per trial, in order
+    best: list[float | None] = field(default_factory=list)  # best-so-far after each trial
+    seconds: float = 0.0
+
+    def best_after(self, limit: int) -> float | None:
+        """Best objective value within the first `limit` trials (or all, if fewer ran)."""
+        head = self.best[:limit]
+        return head[-1] if head else None
+
+    def failed_share(self, limit: int) -> float:
+        """Share of the first `limit` trials (or all, if fewer ran) that failed."""
+        head = self.failed[:limit]
+        return sum(head) / len(head) if head else 0.0
+
+
+def _trial(table: Table, config: Mapping[str, Any]) -> tuple[FailureMode, dict[str, float]]:
+    row = table.replay.lookup(normalize_config(table.spec, config))
+    if row is None:
+        raise RuntimeError(f"{table.name}: configuration not in the grid: {dict(config)}")
+    return row.failure_mode, row.metrics
+
+
+def run_searcher(
+    table: Table, *, kind: str, seed: int, failure_aware: bool, cap: int, budget: int
+) -> Run:
+    """Drive the sweep's own searcher on the table, without Ray, until the goal and the budget."""
+    spec = table.spec.model_copy(
+        update={"searcher": table.spec.searcher.model_copy(update={"kind": kind, "seed": seed})}
+    )
+    t0 = time.monotonic()
+    searcher = SweepSearcher(
+        spec,
+        history=[],
+        requeue=[("t0000", baseline_config(spec), 1)],
+        next_index=1,
+        failure_aware=failure_aware,
+    )
+    run = Run(hit=None)
+    best: float | None = None
+    sign = 1.0 if spec.objective.mode == "max" else -1.0
+    for i in range(cap):
+        tune_id = f"tune{i}"
+        params = searcher.suggest(tune_id)
+        if not isinstance(params, dict):
+            break  # the searcher ran out of configurations
+        config = {k: v for k, v in params.items() if not k.startswith("__spec_sweep")}
+        mode, metrics = _trial(table, config)
+        searcher.on_trial_complete(tune_id, {"failure_mode": mode.value, **metrics})
+        run.failed.append(mode is not FailureMode.NONE)
+        value = _value(spec, mode, metrics)
+        if value is not None and (best is None or sign * value > sign * best):
+            best = value
+        run.best.append(best)
+        if run.hit is None and table.target_met(best):
+            run.hit = i + 1
+        if run.hit is not None and i + 1 >= budget:
+            break
+    run.seconds = time.monotonic() - t0
+    return run
+
+
+def auto_benchmark_tier2(
+    base_flags: Mapping[str, Scalar],
+    search_space: Sequence[tuple[str, Sequence[Scalar]]],
+    *,
+    max_candidates: int | None,
+) -> list[dict[str, Scalar]]:
+    """`build_candidates(..., tier=2)` of sgl-project/sglang python/sglang/auto_benchmark_lib.py.
+
+    The base flags first; then, over the first eight flags cut to their first three values,
+    the cartesian product of the first three and one flag at a time for the rest; duplicates
+    dropped (same flags and values); at most `max_candidates`.
+    """
+    items = [
+        (key, list(values)[:_AUTO_BENCH_TIER2_VALUES])
+        for key, values in list(search_space)[:_AUTO_BENCH_TIER2_ITEMS]
+    ]
+    candidates = [dict(base_flags)]
+    if items:
+        head, tail = items[:_AUTO_BENCH_TIER2_HEAD], items[_AUTO_BENCH_TIER2_HEAD:]
+        for combo in itertools.product(*[values for _, values in head]):
+            candidate = dict(base_flags)
+            for (key, _), value in zip(head, combo, strict=True):
+                candidate[key] = value
+            candidates.append(candidate)
+        for key, values in tail:
+            for value in values:
+                candidates.append({**base_flags, key: value})
+    out: list[dict[str, Scalar]] = []
+    seen: set[str] = set()
+    for candidate in candidates:
+        key = json.dumps(candidate, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(candidate)
+        if max_candidates is not None and len(out) >= max_candidates:
+            break
+    return out
+
+
+def _resolve(spec: SweepSpec, flags: Mapping[str, Scalar]) -> Config:
+    """The grid configuration a launch with these flags is: unset flags take their default."""
+    config: Config = {}
+    for key in ordered_keys(spec.params):
+        param = spec.params[key]
+        if not is_active(param, config):
+            continue
+        if key in flags:
+            config[key] = flags[key]
+        elif "default" in param.model_fields_set:
+            config[key] = param.default
+        else:
+            config[key] = None
+    return config
+
+
+def run_auto_benchmark(table: Table, *, max_candidates: int | None, budget: int) -> Run:
+    """SGLang auto_benchmark's tier-2 search (base stage, then speculative stage) on the table."""
+    spec = table.spec
+    t0 = time.monotonic()
+    baseline = baseline_config(spec)
+    params = spec.params
+    speculative = {k for k, p in params.items() if k == _SPECULATIVE or _SPECULATIVE in p.when}
+    searchable = [k for k in params if not k.startswith("env.") and k not in speculative]
+    fixed = {k: v for k, v in baseline.items() if k.startswith("env.")}
+    base_flags = {k: baseline[k] for k in searchable if k in baseline}
+    base_flags[_SPECULATIVE] = None
+    space = [(k, params[k].values()) for k in searchable]
+    run = Run(hit=None)
+    best: float | None = None
+    best_flags: dict[str, Scalar] | None = None
+    sign = 1.0 if spec.objective.mode == "max" else -1.0
+
+    def launch(flags: dict[str, Scalar]) -> None:
+        nonlocal best, best_flags
+        mode, metrics = _trial(table, _resolve(spec, {**fixed, **flags}))
+        run.failed.append(mode is not FailureMode.NONE)
+        value = _value(spec, mode, metrics)
+        if value is not None and (best is None or sign * value > sign * best):
+            best, best_flags = value, flags
+        run.best.append(best)
+        if run.hit is None and table.target_met(best):
+            run.hit = len(run.failed)
+
+    for flags in auto_benchmark_tier2(base_flags, space, max_candidates=max_candidates):
+        launch(flags)
+    algorithms = [v for v in params[_SPECULATIVE].values() if v is not None]
+    if best_flags is not None and algorithms:
+        tree = [(k, params[k].values()) for k in params if k in speculative and k != _SPECULATIVE]
+        spec_base = {**best_flags, _SPECULATIVE: algorithms[0]}
+        for flags in auto_benchmark_tier2(spec_base, tree, max_candidates=max_candidates):
+            launch(flags)
+    del budget
+    run.seconds = time.monotonic() - t0
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A search strategy of the table."""
+
+    label: str
+    seeded: bool
+    run: Callable[[Table, int], Run]
+
+
+def strategies(cap: int, budget: int) -> list[Strategy]:
+    """The strategies compared, in table order."""
+
+    def searcher(kind: str, failure_aware: bool) -> Callable[[Table, int], Run]:
+        def go(table: Table, seed: int) -> Run:
+            return run_searcher(
+                table, kind=kind, seed=seed, failure_aware=failure_aware, cap=cap, budget=budget
+            )
+
+        return go
+
+    def auto(max_candidates: int | None) -> Callable[[Table, int], Run]:
+        def go(table: Table, seed: int) -> Run:
+            del seed
+            return run_auto_benchmark(table, max_candidates=max_candidates, budget=budget)
+
+        return go
+
+    return [
+        Strategy("TPE, failure-aware (ours)", True, searcher("tpe", True)),
+        Strategy("TPE, failures ignored", True, searcher("tpe", False)),
+        Strategy("random search", True, searcher("random", True)),
+        Strategy("auto_benchmark tier 2", False, auto(None)),
+        Strategy("auto_benchmark tier 2, 8/stage", False, auto(_AUTO_BENCH_DEFAULT_MAX)),
+    ]
+
+
+@dataclass
+class Cell:
+    """A strategy's runs on one table, summarised."""
+
+    label: str
+    runs: list[Run]
+    cap: int
+    budget: int
+    seeded: bool
+
+    @property
+    def hits(self) -> list[float]:
+        return [float(r.hit) if r.hit is not None else math.inf for r in self.runs]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.hits)
+
+    @property
+    def worst(self) -> float:
+        return max(self.hits)
+
+    def shown(self, value: float) -> str:
+        if math.isinf(value):
+            plan = max(len(r.failed) for r in self.runs)
+            return f"> {self.cap}" if self.seeded else f"never ({plan})"
+        return f"{value:g}"
+
+    @property
+    def failed_until_hit(self) -> float:
+        return statistics.median(r.failed_share(r.hit or len(r.failed)) for r in self.runs)
+
+    @property
+    def failed_in_budget(self) -> float:
+        return statistics.median(r.failed_share(self.budget) for r in self.runs)
+
+    def best_in_budget(self, table_best: float) -> float:
+        """Median over runs of the best value found in the budget, as a share of the best."""
+        found = [r.best_after(self.budget) for r in self.runs]
+        return statistics.median((v or 0.0) / table_best for v in found)
+
+
+def _ratio(cell: Cell, random: Cell) -> str:
+    if math.isinf(cell.median):
+        return "-"
+    if math.isinf(random.median):
+        return f"< {cell.median / cell.cap:.2f}"
+    return f"{cell.median / random.median:.2f}"
+
+
+def describe_table(table: Table) -> str:
+    """The grid in a few lines."""
+    spec = table.spec
+    modes = Counter(
+        r.failure_mode.value
+        for r in table.replay.rows.values()
+        if r.failure_mode is not FailureMode.NONE
+    )
+    base_row = table.replay.lookup(baseline_config(spec))
+    base = _value(spec, base_row.failure_mode, base_row.metrics) if base_row is not None else None
+    expected = math.ceil(math.log(0.5) / math.log(1.0 - table.random_hit))
+    shown = ", ".join(f"{k}={v}" for k, v in table.best_config.items())
+    return "\n".join(
+        [
+            f"{table.name} ({spec.node.sim_profile}, SGLang {spec.node.sglang_version}): "
+            f"{len(table.replay)} configurations, {table.failing:.1%} failing "
+            f"({', '.join(f'{m} {n}' for m, n in modes.most_common())})",
+            f"  best {spec.objective.metric} {table.best:.2f} "
+            f"(baseline {'-' if base is None else f'{base:.2f}'}): {shown}",
+            f"  within 2 %: {table.near} configurations; one uniform draw hits them with "
+            f"p = {table.random_hit:.4f} (random search needs {expected} trials at the median)",
+        ]
+    )
+
+
+def print_tables(results: Mapping[str, list[Cell]], tables: Mapping[str, Table]) -> None:
+    """The results as aligned text."""
+    for name, cells in results.items():
+        print()
+        print(describe_table(tables[name]))
+        random = next(c for c in cells if c.label == "random search")
+        budget = cells[0].budget
+        best = tables[name].best
+        print(
+            f"  {'strategy':<31} {'median':>8} {'worst':>10} {'÷ random':>9} "
+            f"{'failed until 2%':>16} {f'failed of {budget}':>13} {f'best in {budget}':>11} "
+            f"{'s/run':>6}"
+        )
+        for cell in cells:
+            print(
+                f"  {cell.label:<31} {cell.shown(cell.median):>8} {cell.shown(cell.worst):>10} "
+                f"{_ratio(cell, random):>9} {cell.failed_until_hit:>16.0%} "
+                f"{cell.failed_in_budget:>13.0%} {cell.best_in_budget(best):>11.1%} "
+                f"{statistics.fmean(r.seconds for r in cell.runs):>6.2f}"
+            )
+
+
+def print_markdown(
+    results: Mapping[str, list[Cell]], tables: Mapping[str, Table], seeds: int
+) -> None:
+    """The results as the README's markdown table."""
+    budget = next(iter(results.values()))[0].budget
+    print()
+    print(
+        f"| grid | strategy | trials to within 2 % (median / worst of {seeds} seeds) "
+        f"| median ÷ random | failed trials until then | failed of the first {budget} "
+        f"| best of the first {budget} (median) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, cells in results.items():
+        random = next(c for c in cells if c.label == "random search")
+        for cell in cells:
+            trials = (
+                f"{cell.shown(cell.median)} / {cell.shown(cell.worst)}"
+                if cell.seeded
+                else f"{cell.shown(cell.median)} (deterministic)"
+            )
+            print(
+                f"| {name} | {cell.label} | {trials} | {_ratio(cell, random)} "
+                f"| {cell.failed_until_hit:.0%} | {cell.failed_in_budget:.0%} "
+                f"| {cell.best_in_budget(tables[name].best):.1%} |"
+            )
+
+
+def check_goals(results: Mapping[str, list[Cell]]) -> list[str]:
+    """The issue's goals for our TPE, per grid: one line each, PASS or FAIL."""
+    lines = []
+    for name, cells in results.items():
+        ours, random = cells[0], next(c for c in cells if c.label == "random search")
+        ratio = ours.median / random.median if not math.isinf(random.median) else 0.0
+        checks = [
+            ("median <= 40", ours.median <= 40),
+            ("<= 1/3 of random's median", ratio <= 1 / 3),
+            (
+                "failed share < 25 % (until 2 % and of the budget)",
+                ours.failed_until_hit < 0.25 and ours.failed_in_budget < 0.25,
+            ),
+        ]
+        for what, ok in checks:
+            lines.append(f"{name}: {'PASS' if ok else 'FAIL'} {what}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`search_efficiency.py [--seeds 10] [--cap 300] [--budget 40] [--validate N]`."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grids", nargs="+", choices=sorted(GRIDS), default=list(GRIDS))
+    parser.add_argument("--seeds", type=int, default=10, help="runs per seeded strategy")
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first run")
+    parser.add_argument("--cap", type=int, default=300, help="most trials per run")
+    parser.add_argument("--budget", type=int, default=40, help="trials the failure share counts")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "spec_sweep_grids",
+        help="where the generated replay tables are kept",
+    )
+    parser.add_argument(
+        "--validate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first run N configurations of each grid through the real trial path",
+    )
+    parser.add_argument("--markdown", action="store_true", help="also print the README table")
+    args = parser.parse_args(argv)
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    args.cache.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.monotonic()
+    tables = {name: load_table(name, GRIDS[name], args.cache) for name in args.grids}
+    validated = True
+    if args.validate:
+        for table in tables.values():
+            rows = [
+                sim_grid.GridRow(row.config, row.failure_mode, "", row.metrics)
+                for row in table.replay.rows.values()
+            ]
+            validated = sim_grid.validate(table.spec, rows, args.validate) and validated
+    results: dict[str, list[Cell]] = {}
+    for name, table in tables.items():
+        cells = []
+        for strategy in strategies(args.cap, args.budget):
+            first = args.first_seed
+            seeds = range(first, first + args.seeds) if strategy.seeded else range(1)
+            runs = [strategy.run(table, seed) for seed in seeds]
+            cells.append(Cell(strategy.label, runs, args.cap, args.budget, strategy.seeded))
+        results[name] = cells
+    print_tables(results, tables)
+    if args.markdown:
+        print_markdown(results, tables, args.seeds)
+    print()
+    for line in check_goals(results):
+        print(line)
+    last = args.first_seed + args.seeds - 1
+    print(
+        f"\n{args.seeds} seeds per seeded strategy ({args.first_seed}..{last}), cap {args.cap} "
+        f"trials; the auto_benchmark plan is deterministic (one run). "
+        f"Total {time.monotonic() - t0:.0f} s."
+    )
+    return 0 if validated else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
