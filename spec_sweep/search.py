@@ -694,63 +694,55 @@ def sweep(
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    options = _RunOptions(
+        simulate=simulate,
+        sim_env=dict(sim_env or {}),
+        progress=progress,
+        grace_s=grace_s,
+        failure_aware=failure_aware,
+        report=report,
+        replay=table,
+        replay_noise=replay_noise,
+    )
     state = open_state(spec, state_dir=state_dir, fresh=fresh, simulate=simulate)
     try:
-        return _sweep_locked(
-            spec,
-            state,
-            simulate=simulate,
-            tracking_uri=tracking_uri,
-            address=address,
-            sim_env=sim_env,
-            progress=progress,
-            grace_s=grace_s,
-            failure_aware=failure_aware,
-            report=report,
-            replay=table,
-            replay_noise=replay_noise,
-        )
+        return _sweep_locked(spec, state, options, tracking_uri=tracking_uri, address=address)
     finally:
         state.close()
+
+
+@dataclass(frozen=True)
+class _RunOptions:
+    """How a sweep runs its trials and what it shows (the arguments of `sweep`)."""
+
+    simulate: bool
+    sim_env: dict[str, str]
+    progress: SweepProgress | None
+    grace_s: float
+    failure_aware: bool
+    report: bool
+    replay: ReplayTable | None
+    replay_noise: float
 
 
 def _sweep_locked(
     spec: SweepSpec,
     state: SweepState,
+    options: _RunOptions,
     *,
-    simulate: bool,
     tracking_uri: str | None,
     address: str | None,
-    sim_env: Mapping[str, str] | None,
-    progress: SweepProgress | None,
-    grace_s: float,
-    failure_aware: bool,
-    report: bool,
-    replay: ReplayTable | None,
-    replay_noise: float,
 ) -> SweepOutcome:
     state.cleanup_leftovers()
     uri = resolve_tracking_uri(spec, tracking_uri)
+    simulate = options.simulate
     started_ray = _start_ray(spec, address=address, simulate=simulate, state=state)
     if started_ray:
         state.save_ray_pids(_ray_pids())
     try:
         n_nodes = _check_cluster(spec, simulate=simulate)
         _check_tracking_reachable(uri, n_nodes=n_nodes)
-        return _run(
-            spec,
-            state,
-            uri=uri,
-            n_nodes=n_nodes,
-            simulate=simulate,
-            sim_env=sim_env,
-            progress=progress,
-            grace_s=grace_s,
-            failure_aware=failure_aware,
-            report=report,
-            replay=replay,
-            replay_noise=replay_noise,
-        )
+        return _run(spec, state, options, uri=uri, n_nodes=n_nodes)
     finally:
         if started_ray:
             ray.shutdown()
@@ -772,20 +764,9 @@ def _check_tracking_reachable(uri: str, *, n_nodes: int) -> None:
 
 
 def _run(
-    spec: SweepSpec,
-    state: SweepState,
-    *,
-    uri: str,
-    n_nodes: int,
-    simulate: bool,
-    sim_env: Mapping[str, str] | None,
-    progress: SweepProgress | None,
-    grace_s: float,
-    failure_aware: bool,
-    report: bool,
-    replay: ReplayTable | None,
-    replay_noise: float,
+    spec: SweepSpec, state: SweepState, options: _RunOptions, *, uri: str, n_nodes: int
 ) -> SweepOutcome:
+    simulate, progress, report = options.simulate, options.progress, options.report
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
     parent_run_id, reattached = tracker.start_sweep(
         spec, state_id=state.state_id, simulate=simulate
@@ -817,7 +798,7 @@ def _run(
             history=list(finished.values()),
             requeue=requeue[:remaining],
             next_index=next_index,
-            failure_aware=failure_aware,
+            failure_aware=options.failure_aware,
         )
         ctx = _Context(
             spec=spec,
@@ -825,11 +806,11 @@ def _run(
             parent_run_id=parent_run_id,
             trials_dir=state.path / "trials",
             simulate=simulate,
-            sim_env=dict(sim_env or {}),
-            grace_s=grace_s,
+            sim_env=options.sim_env,
+            grace_s=options.grace_s,
             stop_file=state.stop_file,
-            replay=replay,
-            replay_noise=replay_noise,
+            replay=options.replay,
+            replay_noise=options.replay_noise,
         )
         trainable = tune.with_resources(
             tune.with_parameters(_trainable, ctx=ctx),
