@@ -38,9 +38,9 @@ from spec_sweep.space import (
     SearchSpace,
     baseline_config,
     config_key,
-    is_active,
     normalize_config,
     ordered_keys,
+    resolve_config,
 )
 from spec_sweep.spec import ParamSpec, Scalar, SweepSpec
 
@@ -338,20 +338,9 @@ def _same(a: Any, b: Any) -> bool:
 
 def _complete(spec: SweepSpec, values: Mapping[str, Scalar], rng: random.Random) -> Config:
     """A configuration from `values`; parameters that become active take their default."""
-    params = spec.params
-    config: Config = {}
-    for key in ordered_keys(params):
-        param = params[key]
-        if not is_active(param, config):
-            continue
-        if key in values:
-            config[key] = values[key]
-        elif "default" in param.model_fields_set:
-            config[key] = param.default
-        elif param.choices is not None and None in param.choices:
-            config[key] = None
-        else:
-            config[key] = rng.choice(_alternatives(param, None))
+    config = resolve_config(
+        spec, values, what="neighbour", fill=lambda param: rng.choice(_alternatives(param, None))
+    )
     return normalize_config(spec, config)
 
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -133,7 +133,13 @@ def baseline_config(spec: SweepSpec) -> Config:
     return resolve_config(spec, spec.baseline, what="baseline")
 
 
-def resolve_config(spec: SweepSpec, values: Mapping[str, Scalar], *, what: str) -> Config:
+def resolve_config(
+    spec: SweepSpec,
+    values: Mapping[str, Scalar],
+    *,
+    what: str,
+    fill: Callable[[ParamSpec], Scalar] | None = None,
+) -> Config:
     """A complete configuration from some given values, in dependency order.
 
     Each active parameter takes the given value, else its `default:`, else `null` when its
@@ -143,10 +149,12 @@ def resolve_config(spec: SweepSpec, values: Mapping[str, Scalar], *, what: str) 
         spec: The sweep.
         values: Given parameter values.
         what: Where the values come from, for messages ("baseline", "--set").
+        fill: Value for an active parameter that has none of the above (the neighbour steps
+            of a search); with it, given values of inactive parameters are dropped.
 
     Raises:
-        ValueError: an active parameter has no value, or a value was given for a parameter
-            that is inactive in the resulting configuration.
+        ValueError: without `fill`: an active parameter has no value, or a value was given
+            for a parameter that is inactive in the resulting configuration.
     """
     config: Config = {}
     params = spec.params
@@ -160,13 +168,15 @@ def resolve_config(spec: SweepSpec, values: Mapping[str, Scalar], *, what: str) 
             config[key] = param.default
         elif param.choices is not None and None in param.choices:
             config[key] = None
+        elif fill is not None:
+            config[key] = fill(param)
         else:
             raise ValueError(
                 f"no value for {key!r}, which is active in the {what}: give it a value "
                 f"({what} '{key}: <value>') or give the parameter a 'default'"
             )
     unused = [key for key in values if key not in config]
-    if unused:
+    if unused and fill is None:
         key = unused[0]
         conditions = ", ".join(f"{d}={v!r}" for d, v in params[key].when.items())
         raise ValueError(
