@@ -85,6 +85,8 @@ class LogWatcher(threading.Thread):
         self._path = path
         self._poll_s = poll_s
         self._stop_event = threading.Event()
+        self._wake = threading.Event()
+        self._consumed = 0  # bytes of the file read and classified (complete lines)
         self.fatal_event = threading.Event()
         self.ready_event = threading.Event()
         self.fatal: FatalLine | None = None
@@ -93,8 +95,25 @@ class LogWatcher(threading.Thread):
     def stop(self) -> None:
         """Read what is left, then stop."""
         self._stop_event.set()
+        self._wake.set()
         if self.is_alive():
             self.join(timeout=2.0)
+
+    def catch_up(self, *, timeout_s: float = 1.0) -> None:
+        """Return once every line written to the log so far has been read and classified.
+
+        The watcher polls; a server that prints a fatal line and then answers its health check
+        at once (SGLang 0.5.13 prints FlashInfer fusion's failure as a warning and boots) would
+        otherwise be found ready before the line is read.
+        """
+        try:
+            target = self._path.stat().st_size
+        except FileNotFoundError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while self._consumed < target and self.is_alive() and time.monotonic() < deadline:
+            self._wake.set()
+            time.sleep(0.005)
 
     def run(self) -> None:
         """Thread body: tail the file until stopped."""
@@ -113,11 +132,13 @@ class LogWatcher(threading.Thread):
                         *complete, pending = pending.split(b"\n")
                         for raw in complete:
                             self._line(raw.decode("utf-8", "replace"))
+                            self._consumed += len(raw) + 1
                 if stopping:
                     if pending:
                         self._line(pending.decode("utf-8", "replace"))
                     return
-                self._stop_event.wait(self._poll_s)
+                self._wake.wait(self._poll_s)
+                self._wake.clear()
         finally:
             if handle is not None:
                 handle.close()
@@ -196,6 +217,9 @@ class ServerProcess:
                 if now >= deadline:
                     return ReadyResult(False, now - self.started, None, None, timed_out=True)
                 if self._healthy(client, timeout=min(2.0, max(0.05, deadline - now))):
+                    self.watcher.catch_up()  # a fatal line printed just before readiness
+                    if self.watcher.fatal is not None:
+                        continue
                     return ReadyResult(True, time.monotonic() - self.started)
                 self.watcher.fatal_event.wait(min(poll_s, max(0.0, deadline - time.monotonic())))
 
