@@ -379,6 +379,7 @@ async def run_benchmark(
             await stack.enter_async_context(_connection(base_url, request_timeout_s))
             for _ in range(width)
         ]
+        await _open_connections(clients, timeout_s=min(request_timeout_s, _SERVER_INFO_TIMEOUT_S))
         if workload.warmup_prompts:
             warmup = await _run_level(
                 clients,
@@ -452,6 +453,21 @@ def _connection(base_url: str, request_timeout_s: float) -> httpx.AsyncClient:
         trust_env=False,
         verify=_tls_context() if base_url.startswith("https:") else False,
     )
+
+
+async def _open_connections(clients: Sequence[httpx.AsyncClient], *, timeout_s: float) -> None:
+    """Open every slot's connection before any level starts (a `GET /health` each).
+
+    Otherwise the first request of each slot pays for its TCP (and TLS) handshake inside the
+    measured window, and at concurrency 64 the server sat idle for the first 75-150 ms of a
+    5.5 s level while the connections were made. Failures are left to the levels to report.
+    """
+
+    async def touch(client: httpx.AsyncClient) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            await client.get("/health", timeout=timeout_s)
+
+    await asyncio.gather(*(touch(c) for c in clients))
 
 
 @functools.cache
