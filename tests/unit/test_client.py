@@ -195,6 +195,8 @@ class ServerState:
     peak: int = 0
     release: asyncio.Event | None = None
     server_info_calls: list[str] = field(default_factory=list)
+    health_peers: list[Any] = field(default_factory=list)
+    generate_peers: list[Any] = field(default_factory=list)
 
 
 def _event(meta: dict[str, Any], *, compact: bool) -> bytes:
@@ -228,6 +230,9 @@ def _build_app(state: ServerState) -> web.Application:
     async def generate(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         state.bodies.append(body)
+        state.generate_peers.append(
+            request.transport and request.transport.get_extra_info("peername")
+        )
         mode = body.get("text") if isinstance(body.get("text"), str) else "normal"
         if mode == "ERROR400":
             message = "The input (40000 tokens) is longer than the model's context length."
@@ -273,7 +278,14 @@ def _build_app(state: ServerState) -> web.Application:
             return web.Response(status=404, text="Not Found")  # an older SGLang
         return web.json_response({"internal_states": [{"avg_spec_accept_length": 2.5}]})
 
+    async def health(request: web.Request) -> web.Response:
+        state.health_peers.append(
+            request.transport and request.transport.get_extra_info("peername")
+        )
+        return web.Response(text="")
+
     app = web.Application()
+    app.router.add_get("/health", health)
     app.router.add_post("/generate", generate)
     app.router.add_get("/server_info", server_info)
     app.router.add_get("/get_server_info", server_info)
@@ -405,6 +417,26 @@ def test_levels_concurrency_and_suffixes(server: tuple[str, ServerState], tmp_pa
             assert f"{name}_c{c}" in metrics
         assert metrics[f"accept_length_c{c}"] == 2.5  # no verify counts: the server's value
     assert metrics["output_throughput_c3"] > metrics["output_throughput_c1"]
+
+
+def test_every_slot_connects_before_the_first_request(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
+    """Handshakes happen before the measured window: each slot's connection says /health first
+    and then carries its requests (kept alive), so no request of a level opens a connection."""
+    url, state = server
+    workload = WorkloadSpec(
+        dataset=_dataset(tmp_path, "normal"),
+        output_len=6,
+        num_prompts=8,
+        concurrency=(2, 4),
+        warmup_prompts=0,
+    )
+    bench = _run(url, workload)
+    assert bench.error_count == 0
+    assert len(state.health_peers) == 4 == len(set(state.health_peers))  # one per slot
+    assert len(state.generate_peers) == 16
+    assert set(state.generate_peers) == set(state.health_peers)
 
 
 def test_random_ids_are_sent_as_input_ids(server: tuple[str, ServerState], tmp_path: Path) -> None:
