@@ -707,6 +707,9 @@ def sweep(
     state = open_state(spec, state_dir=state_dir, fresh=fresh, simulate=simulate)
     try:
         return _sweep_locked(spec, state, options, tracking_uri=tracking_uri, address=address)
+    except SpecSweepError:
+        state.discard_if_unused()  # refused before it started (cluster, store): leave no trace
+        raise
     finally:
         state.close()
 

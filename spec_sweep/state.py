@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -81,6 +82,8 @@ class SweepState:
     state_id: str
     data: dict[str, Any]
     _lock: IO[str] | None = field(default=None, repr=False)
+    #: This driver created the folder (no earlier run of the sweep left state).
+    created: bool = False
 
     @property
     def stop_file(self) -> Path:
@@ -137,6 +140,17 @@ class SweepState:
         """Temp dir of a local Ray cluster this sweep starts (short: it holds Unix sockets)."""
         return f"/tmp/spec_sweep-ray-{self.state_id[:12]}"
 
+    def discard_if_unused(self) -> bool:
+        """Remove a folder this driver created if no sweep run started in it (a refused start).
+
+        Returns whether it was removed.
+        """
+        if not self.created or "parent_run_id" in self.data:
+            return False
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        return True
+
     def close(self) -> None:
         """Release the lock."""
         if self._lock is not None:
@@ -164,7 +178,8 @@ def open_state(
     lock = _lock_or_fail(path)
     state_file = path / "state.json"
     print_ = fingerprint(spec, simulate=simulate)
-    if state_file.exists():
+    created = not state_file.exists()
+    if not created:
         data = json.loads(state_file.read_text())
         old = {
             k: v for k, v in data.get("fingerprint", {}).items() if not k.endswith(".description")
@@ -186,7 +201,13 @@ def open_state(
             "created": time.time(),
             "fingerprint": print_,
         }
-    state = SweepState(path=path, state_id=data["state_id"], data=data, _lock=lock)
+    state = SweepState(
+        path=path,
+        state_id=data["state_id"],
+        data=data,
+        _lock=lock,
+        created=created,
+    )
     state._write()
     return state
 

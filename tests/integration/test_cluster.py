@@ -569,7 +569,8 @@ def test_local_tracking_store_is_refused_on_several_nodes(
     assert len(errors) == 1, lines
     assert "mlflow server" in errors[0]
     assert "--tracking-uri http://" in errors[0]
-    assert not (sweep.state / "trials").exists()
+    assert not sweep.state.exists()  # a refused start leaves no state behind
+    assert not db.exists()
     assert not sweep.watcher.launches
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.failures import FailureMode
+from spec_sweep.failures import FailureMode, SpecSweepError
 from spec_sweep.search import SweepOutcome, sweep
 from spec_sweep.space import baseline_config, config_key
 from spec_sweep.spec import SweepSpec, load_spec
@@ -239,3 +239,20 @@ def test_h200_eagle3_wins(project_dir: Path) -> None:
     assert best is not None
     assert best.config.get("speculative-algorithm") == "EAGLE3"
     assert best.metrics["speedup_vs_baseline"] > 1.3
+
+
+def test_a_trial_no_node_can_hold_is_refused_and_leaves_nothing(project_dir: Path) -> None:
+    """Ray Tune would keep such a trial PENDING forever: the sweep refuses it before anything
+    starts, and a refused start leaves no state folder and no MLflow store behind."""
+    make_spec(project_dir, name="toobig", trials=2)
+    path = project_dir / "sweeps" / "toobig.yaml"
+    path.write_text(path.read_text().replace("gpus: 8", "gpus: 16"))
+    spec = load_spec(path)
+    message = (
+        r"no node of the Ray cluster can hold a trial \(node.gpus = 16\); "
+        r"nodes: .*: 8 GPUs: start worker nodes with --num-gpus 16"
+    )
+    with pytest.raises(SpecSweepError, match=message):
+        run(project_dir, spec)
+    assert not (project_dir / ".spec_sweep" / "toobig").exists()
+    assert not (project_dir / "mlruns" / "mlflow.db").exists()
