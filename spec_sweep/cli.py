@@ -271,3 +271,7 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ui": _cmd_ui,
     "validate": _cmd_validate,
 }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,8 +27,9 @@ from spec_sweep import gpu
 from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.metrics import bench_metrics
+from spec_sweep.ports import choose_server_port
 from spec_sweep.replay import ReplayTable, load_replay, replay_result
-from spec_sweep.server import ServerProcess, free_port, group_pids, launch_server
+from spec_sweep.server import ServerProcess, group_pids, launch_server
 from spec_sweep.space import Config, build_command, redact, resolve_config, secret_values
 from spec_sweep.spec import SpecError, SweepSpec
 
@@ -144,7 +145,7 @@ def run_trial(
     if use_gpus:
         gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s))
 
-    port = free_port(_HOST)
+    port = choose_server_port(_HOST)
     command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
     (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(
@@ -321,10 +322,12 @@ def trial_command(spec: SweepSpec, overrides: Mapping[str, Any], args: argparse.
             json.dumps(
                 {
                     "failure_mode": result.failure_mode.value,
+                    "reason": result.reason,
                     "metrics": result.metrics,
                     "command": list(result.command),
                     "log_excerpt": result.log_excerpt,
                     "elapsed_s": result.elapsed_s,
+                    "trial_dir": str(trial_dir),
                 }
             )
         )
