@@ -113,23 +113,44 @@ def _requirements(lock: Path) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def install_locks(site: Path, locks: list[Path], *, python_version: str, wheels: Path) -> None:
-    """Download the pinned wheels for the target and install them into `site`, no deps."""
-    target = [f"--platform={p}" for p in PLATFORMS]
-    target += [f"--python-version={python_version}", "--implementation=cp", "--only-binary=:all:"]
+def install_locks(python: str, venv: Path, locks: list[Path], *, wheels: Path) -> Path:
+    """A venv of the target's Python holding exactly the pinned wheels; returns its site folder.
+
+    A real venv, not `pip install --target`: distributions that share a top-level package
+    (mlflow, mlflow-skinny, mlflow-tracing) clobber each other under `--target`.
+    """
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", where], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    )
     reqs: list[str] = []
     for lock in locks:
         reqs += _requirements(lock)
-    _pip("download", "-q", "--no-deps", *target, "-d", str(wheels), *reqs)
-    _pip("install", "-q", "--no-deps", "--no-compile", "--target", str(site), *target,
+    _pip("download", "-q", "--no-deps", "--only-binary=:all:", *_target(python), "-d", str(wheels),
+         *reqs)  # fmt: skip
+    _pip("--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", "--no-compile",
          "--no-index", "--find-links", str(wheels), *reqs)  # fmt: skip
+    return site
 
 
-def install_self(site: Path, wheels: Path) -> None:
+def _target(python: str) -> list[str]:
+    version = subprocess.run(
+        [python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    return [*(f"--platform={p}" for p in PLATFORMS), f"--python-version={version}",
+            "--implementation=cp"]  # fmt: skip
+
+
+def install_self(venv: Path, wheels: Path) -> None:
     """spec_sweep itself, as a pure-Python wheel."""
     _pip("wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT))
     wheel = max(wheels.glob("spec_sweep-*.whl"), key=lambda p: p.stat().st_mtime)
-    _pip("install", "-q", "--no-deps", "--no-compile", "--target", str(site), str(wheel))
+    _pip("--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", "--no-compile",
+         str(wheel))  # fmt: skip
 
 
 def slim(site: Path, *, arch: str) -> int:
@@ -156,7 +177,7 @@ def slim(site: Path, *, arch: str) -> int:
     return removed
 
 
-def pack(site: Path, out: Path, *, part_mb: int) -> list[Path]:
+def pack(site: Path, out: Path, *, part_mb: int, level: int = 6) -> list[Path]:
     """`site` -> `out/site.tar.xz.part-NN`, each at most `part_mb` MiB, plus checksums."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("site.tar.xz.part-*"):
@@ -164,7 +185,7 @@ def pack(site: Path, out: Path, *, part_mb: int) -> list[Path]:
     archive = out / "site.tar.xz"
     tar = subprocess.Popen(["tar", "-C", str(site), "-c", "."], stdout=subprocess.PIPE)
     with archive.open("wb") as sink:
-        subprocess.run(["xz", "-9e", "-T0", "-c"], stdin=tar.stdout, stdout=sink, check=True)
+        subprocess.run(["xz", f"-{level}", "-T0", "-c"], stdin=tar.stdout, stdout=sink, check=True)
     if tar.wait() != 0:
         raise SystemExit("tar failed")
     parts: list[Path] = []
@@ -186,7 +207,10 @@ def pack(site: Path, out: Path, *, part_mb: int) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sglang", default="0.5.13", help="SGLang version (needs its lock file)")
-    parser.add_argument("--python-version", default="3.12", help="the target's Python")
+    parser.add_argument(
+        "--python", default="python3.12", help="a local interpreter of the target's Python version"
+    )
+    parser.add_argument("--xz-level", type=int, default=6, help="xz preset (9 is ~4x slower)")
     parser.add_argument("--arch", default="sm90", help="keep sgl_kernel ops for this GPU only")
     parser.add_argument("--out", type=Path, default=ROOT / ".bundle", help="output folder")
     parser.add_argument("--part-mb", type=int, default=60, help="largest part in MiB")
@@ -197,16 +221,13 @@ def main(argv: list[str] | None = None) -> int:
         known = ", ".join(p.stem.removeprefix("sglang-") for p in LOCKS.glob("sglang-*.lock"))
         parser.error(f"--sglang {args.sglang}: no lock file {lock.name}; locked versions: {known}")
     with tempfile.TemporaryDirectory(prefix="spec_sweep-bundle-") as tmp:
-        site, wheels = Path(tmp) / "site", Path(tmp) / "wheels"
-        install_locks(
-            site, [lock, LOCKS / "spec-sweep.lock"],
-            python_version=args.python_version, wheels=wheels,
-        )  # fmt: skip
+        venv, wheels = Path(tmp) / "venv", Path(tmp) / "wheels"
+        site = install_locks(args.python, venv, [lock, LOCKS / "spec-sweep.lock"], wheels=wheels)
         if not args.no_self:
-            install_self(site, wheels)
+            install_self(venv, wheels)
         before = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
         removed = slim(site, arch=args.arch)
-        parts = pack(site, args.out, part_mb=args.part_mb)
+        parts = pack(site, args.out, part_mb=args.part_mb, level=args.xz_level)
     total = sum(p.stat().st_size for p in parts)
     print(f"site {before / 2**20:.0f} MiB, slimmed by {removed / 2**20:.0f} MiB")
     print(f"{len(parts)} part(s), {total / 2**20:.1f} MiB xz, in {args.out}")

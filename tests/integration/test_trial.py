@@ -530,7 +530,13 @@ def test_trial_command_prints_one_json_object_and_exits_0(
     payload = json.loads(done.stdout)  # exactly one JSON document on stdout
     assert isinstance(payload, dict)
     assert set(payload) == {
-        "failure_mode", "reason", "metrics", "command", "log_excerpt", "elapsed_s", "trial_dir"
+        "failure_mode",
+        "reason",
+        "metrics",
+        "command",
+        "log_excerpt",
+        "elapsed_s",
+        "trial_dir",
     }
     assert payload["failure_mode"] == expected
     assert payload["elapsed_s"] > 0
