@@ -400,7 +400,7 @@ def test_simulated_0_5_13_refuses_a_port_the_real_one_refuses() -> None:
             "0.5.13",
             "--sim-profile",
             "rtx-pro-6000-pcie-x8",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -682,7 +682,7 @@ def test_exception_raised_by_an_all_reduce_feature_module_is_unsupported() -> No
     assert "KeyError: 12" in outcome.reason
 
 
-# --------------------------------------------------------------------- environment and stack context
+# ------------------------------------------------------------ environment and stack context
 _HOOK_TRACEBACK = """\
 Traceback (most recent call last):
   File "<frozen runpy>", line 198, in _run_module_as_main
