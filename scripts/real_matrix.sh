@@ -21,8 +21,8 @@ run() {  # lane name, pytest -k expression, CUDA_VISIBLE_DEVICES ("" = all)
   echo "lane $1: exit $? ($(tail -1 "$log"))"
 }
 if [ "$gpus" -ge 2 ]; then
-  run gpu0 "baseline or variations or oom" 0 &
-  run gpu1 "rejected or ngram or eagle3 or sweep" 1 &
+  run gpu0 "baseline or variations or oom or ngram" 0 &
+  run gpu1 "rejected or eagle3 or sweep" 1 &
   wait
   run tp2 "tp2" ""
 else
