@@ -76,9 +76,13 @@ def __getattr__(name: str) -> object:
         "use --attention-backend triton or install sglang-kernel whole"
     )
 '''
-_IPYTHON_INIT = (
-    '"""Stand-in for IPython in the offline bundle (notebook helpers, never used by a server)."""\n'
-)
+_IPYTHON_INIT = '''"""Stand-in for IPython in the offline bundle (notebook helpers, never used by a server)."""
+
+
+def get_ipython() -> None:
+    """Not inside IPython (Ray asks at import time)."""
+    return None
+'''
 _IPYTHON_DISPLAY = '''"""Stand-in: `IPython.display` (`sglang.utils` imports it, for notebooks)."""
 
 
