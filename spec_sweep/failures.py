@@ -567,6 +567,8 @@ ENVIRONMENT_PATTERNS: tuple[str, ...] = (
     r"\bundefined symbol: ",
     r"is not a local folder and is not a valid model identifier",
     r"does not appear to have a file named config\.json",
+    r"Repo id must use alphanumeric chars",
+    _PFX + r"(?:[A-Za-z_]\w*\.)*OSError: ",
 )
 _ENVIRONMENT = tuple(re.compile(p) for p in ENVIRONMENT_PATTERNS)
 _TRACEBACK_START = re.compile(_PFX + r"Traceback \(most recent call last\):")
@@ -576,11 +578,20 @@ _ARGUMENT_FRAMES = ("server_args.py", "/arg_groups/")
 
 
 def _environment_line(lines: list[str]) -> int | None:
-    """The first line saying the node cannot run any server, or None."""
-    for index, line in enumerate(lines):
-        if _NOT_FATAL.search(line):
-            continue
-        if any(pattern.search(line) for pattern in _ENVIRONMENT):
+    """The line saying the node cannot run any server, if that is what ended it, else None.
+
+    Only the exception that ended the server counts (the last exception line, or Python's own
+    "Error while finding module specification" when there is none after it): a boot logs and
+    survives optional imports that fail, and a server that died of OOM after such a line died
+    of OOM.
+    """
+    last = _last_exception(lines)
+    candidates = [last] if last is not None else []
+    candidates += [
+        i for i in range(len(lines) - 1, (last or -1), -1) if "finding module spec" in lines[i]
+    ]
+    for index in candidates:
+        if any(pattern.search(lines[index]) for pattern in _ENVIRONMENT):
             return index
     return None
 

@@ -532,7 +532,27 @@ def _resolve_includes(spec_path: Path, space: dict[str, Any]) -> dict[str, Any]:
     return {**space, "include": includes, "params": merged}
 
 
+def _local_model(spec_path: Path, model: str | None) -> str | None:
+    """A model given as a relative local path (`./m`, `../m`, `.models/m`, `~/m`) -> absolute.
+
+    Relative to the spec's folder, like every path in a spec: a trial's server runs in a Ray
+    worker's folder, not the user's. A Hugging Face repo id never starts with `.` or `~`.
+    """
+    if model is None or not model.startswith((".", "~")):
+        return model
+    path = Path(model).expanduser()
+    if not path.is_absolute():
+        path = spec_path.resolve().parent / path
+    return str(path.resolve())
+
+
 def _resolve_paths(spec_path: Path, spec: SweepSpec) -> SweepSpec:
+    node = spec.node
+    model = _local_model(spec_path, node.model)
+    draft = _local_model(spec_path, node.draft_model)
+    if (model, draft) != (node.model, node.draft_model):
+        node = node.model_copy(update={"model": model, "draft_model": draft})
+        spec = spec.model_copy(update={"node": node})
     dataset = spec.workload.dataset
     if dataset in ("random", "builtin"):
         return spec

@@ -23,10 +23,14 @@ from real_harness import ROOT
 TRIALS = 8
 
 
+def _uri(store: Path) -> str:
+    return f"sqlite:///{store / 'mlflow.db'}"  # the product's default kind of store
+
+
 def _runs(store: Path) -> list[object]:
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=store.as_uri())
+    client = MlflowClient(tracking_uri=_uri(store))
     runs = []
     for experiment in client.search_experiments():
         runs += client.search_runs([experiment.experiment_id], max_results=1000)
@@ -51,7 +55,7 @@ def test_real_sweep_killed_once_and_resumed(model: Path, out_dir: Path, tmp_path
     state = tmp_path / "state"
     command = [
         sys.executable, "-m", "spec_sweep.run", "sweeps/real_h200.yaml",
-        "--trials", str(TRIALS), "--state-dir", str(state), "--tracking-uri", store.as_uri(),
+        "--trials", str(TRIALS), "--state-dir", str(state), "--tracking-uri", _uri(store),
     ]  # fmt: skip
     log = (out_dir / "logs" / "sweep-first.log").open("w")
     driver = subprocess.Popen(
@@ -59,7 +63,7 @@ def test_real_sweep_killed_once_and_resumed(model: Path, out_dir: Path, tmp_path
     )
     deadline = time.monotonic() + 1500
     while time.monotonic() < deadline and driver.poll() is None:
-        if store.exists() and _finished(store) >= 2 and _servers():
+        if (store / "mlflow.db").exists() and _finished(store) >= 2 and _servers():
             break
         time.sleep(2)
     assert driver.poll() is None, "the sweep ended before it could be killed"

@@ -753,3 +753,30 @@ def test_import_error_in_a_server_that_got_ready_is_not_environment() -> None:
     # A caught, logged import error of an optional backend in a healthy boot.
     log = "ImportError: cannot import name 'x' from 'optional_backend'\nThe server is fired up"
     assert classify(log_text=log, exit_code=None, ready=True).mode is FailureMode.NONE
+
+
+def test_environment_is_what_ended_the_server_not_an_earlier_logged_import() -> None:
+    log = (
+        "[2026-11-30 21:54:45] Ignore import error when loading sglang.srt.models.deepseek_v4: "
+        "No module named 'tilelang'\n"
+        "ModuleNotFoundError: No module named 'optional_thing'\n"
+        "Traceback (most recent call last):\n"
+        '  File "/site/sglang/srt/model_executor/model_runner.py", line 1, in init_memory_pool\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    assert classify(log_text=log, exit_code=1, ready=False).mode is FailureMode.OOM
+
+
+def test_a_model_path_the_server_cannot_find_is_environment_not_invalid_args() -> None:
+    # SGLang loads the model's config while building ServerArgs, so the traceback passes through
+    # server_args.py; a missing model is still the node's problem, not the configuration's.
+    log = """\
+Traceback (most recent call last):
+  File "/site/sglang/srt/server_args.py", line 7811, in prepare_server_args
+    return ServerArgs.from_cli_args(raw_args)
+  File "/site/transformers/utils/hub.py", line 473, in cached_files
+    raise OSError(f"{e}") from e
+OSError: Repo id must use alphanumeric chars, '-', '_' or '.'. The name cannot start or end with \
+'-' or '.' and the maximum length is 96: '.models/llama-1b'.
+"""
+    assert classify(log_text=log, exit_code=1, ready=False).mode is FailureMode.ENVIRONMENT

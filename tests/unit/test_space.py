@@ -23,3 +23,17 @@ def test_draft_model_only_for_algorithms_that_draft_with_a_model() -> None:
     assert argv[argv.index("--speculative-draft-model-path") + 1] == spec.node.draft_model
     baseline = resolve_config(spec, dict(spec.baseline), what="test")
     assert "--speculative-draft-model-path" not in build_command(spec, baseline, port=1).argv
+
+
+def test_local_model_paths_are_relative_to_the_spec(tmp_path: Path) -> None:
+    # A trial's server runs in a Ray worker's folder: a relative model path must not depend on
+    # the folder the user ran the command from (seen on a real GPU: every trial failed to load).
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    text = (ROOT / "sweeps" / "real_h200.yaml").read_text()
+    (sweeps / "s.yaml").write_text(text)
+    spec = load_spec(sweeps / "s.yaml")
+    assert spec.node.model == str((tmp_path / ".models" / "llama-1b").resolve())
+    assert spec.node.draft_model == str((tmp_path / ".models" / "llama-1b-eagle3").resolve())
+    hub = load_spec(ROOT / "sweeps" / "eagle3_h200.yaml")
+    assert hub.node.model == "deepseek-ai/DeepSeek-V3"  # a hub id is left alone
