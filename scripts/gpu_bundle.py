@@ -76,7 +76,7 @@ def __getattr__(name: str) -> object:
         "use --attention-backend triton or install sglang-kernel whole"
     )
 '''
-_IPYTHON_INIT = '''"""Stand-in for IPython in the offline bundle (notebook helpers, never used by a server)."""
+_IPYTHON_INIT = '''"""Stand-in for IPython in the offline bundle (never used by a server)."""
 
 
 def get_ipython() -> None:
