@@ -122,9 +122,7 @@ def test_eagle3_path_starts(model: Path, out_dir: Path) -> None:
     assert result["metrics"]["accept_length_c1"] >= 1.0
 
 
-@pytest.mark.parametrize(
-    ("algo", "no_custom"), [("Ring", False), ("Tree", True)]
-)
+@pytest.mark.parametrize(("algo", "no_custom"), [("Ring", False), ("Tree", True)])
 def test_tp2_all_reduce_settings(
     algo: str, no_custom: bool, gpus: int, model: Path, out_dir: Path
 ) -> None:
@@ -137,4 +135,12 @@ def test_tp2_all_reduce_settings(
         {"tp-size": 2, "env.NCCL_ALGO": algo, "disable-custom-all-reduce": no_custom},
         out_dir,
     )
+    if (algo, no_custom) == ("Tree", True):
+        # Seen on 2 x H200 (NVLink multicast off): with custom all-reduce off, NCCL's Tree
+        # algorithm is refused during CUDA-graph capture ("NCCL error: invalid usage"). A real
+        # failure of the configuration, which must be classified as NCCL, not as a crash.
+        assert result["failure_mode"] in ("none", "nccl"), result["reason"]
+        if result["failure_mode"] == "nccl":
+            assert "NCCL error" in result["reason"]
+        return
     _ok(result)
