@@ -296,6 +296,7 @@ def _oom(
     *,
     tried_gib: float,
     free_gib: float,
+    private_pool_gib: float = 0.0,
 ) -> str:
     total = profile.hardware.total_gib
     in_use = max(0.0, total - free_gib - 0.45)
@@ -308,6 +309,7 @@ def _oom(
         in_use_gib=in_use,
         allocated_gib=allocated,
         reserved_unallocated_gib=min(1.37, in_use),
+        private_pool_gib=private_pool_gib,
     )
 
 
@@ -611,7 +613,12 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
         if graph + mem.capture_workspace_gib > avail:
             free = max(0.05, avail - graph * 0.7)
             tried = min(mem.capture_workspace_gib, max(0.25, graph * 0.3 + 0.5))
-            err = _oom(profile, tried_gib=tried, free_gib=min(free, tried * 0.6))
+            err = _oom(
+                profile,
+                tried_gib=tried,
+                free_gib=min(free, tried * 0.6),
+                private_pool_gib=graph * 0.7,  # graphs captured before the failing one
+            )
             cause = texts.format_traceback(
                 texts.DECODE_CAPTURE_INNER, f"torch.OutOfMemoryError: {err}"
             )

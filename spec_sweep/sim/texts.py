@@ -210,8 +210,11 @@ def torch_oom_message(
     in_use_gib: float,
     allocated_gib: float,
     reserved_unallocated_gib: float,
+    private_pool_gib: float = 0.0,
 ) -> str:
-    """The message of ``torch.OutOfMemoryError`` (c10/cuda/CUDACachingAllocator.cpp, torch 2.9).
+    """The message of ``torch.OutOfMemoryError`` (c10/cuda/CUDACachingAllocator.cpp, torch 2.9;
+    checked against a real torch 2.11 OOM during SGLang's CUDA-graph capture, which adds the
+    "allocated in private pools (e.g., CUDA Graphs)" clause when graph pools hold memory).
 
     Args:
         tried_gib: Size of the failed allocation.
@@ -221,17 +224,24 @@ def torch_oom_message(
         in_use_gib: Memory this process holds (including non-PyTorch memory).
         allocated_gib: Memory allocated by PyTorch.
         reserved_unallocated_gib: Memory reserved by PyTorch but unallocated.
+        private_pool_gib: Memory held by private pools (CUDA graphs); 0 omits the clause.
 
     Returns:
         The message, without the exception type.
     """
     g = 1073741824
+    pools = (
+        f"with {format_size(private_pool_gib * g)} allocated in private pools (e.g., CUDA Graphs), "
+        if private_pool_gib > 0
+        else ""
+    )
     return (
         f"CUDA out of memory. Tried to allocate {format_size(tried_gib * g)}. GPU {gpu} has a "
         f"total capacity of {format_size(total_gib * g)} of which {format_size(free_gib * g)} is "
         f"free. Including non-PyTorch memory, this process has {format_size(in_use_gib * g)} "
         f"memory in use. Of the allocated memory {format_size(allocated_gib * g)} is allocated "
-        f"by PyTorch, and {format_size(reserved_unallocated_gib * g)} is reserved by PyTorch but "
+        f"by PyTorch, {pools}and {format_size(reserved_unallocated_gib * g)} is reserved by "
+        "PyTorch but "
         "unallocated. If reserved but unallocated memory is large try setting "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
         "documentation for Memory Management  "

@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -412,3 +413,30 @@ def test_simulated_0_5_13_refuses_a_port_the_real_one_refuses() -> None:
     assert "ValueError: SGLANG_GRPC_PORT (68199) must be between 1 and 65535" in log
     outcome = classify(log_text=log, exit_code=1, ready=False)
     assert outcome.mode is FailureMode.INVALID_ARGS
+
+
+# The fields of SGLang's decode log line, as real 0.5.13 servers print them
+# (tests/fixtures/sglang/0.5.13/baseline-0.log and ngram-d8.log; tests/unit/test_sglang_fixtures.py
+# checks every real line against it).
+REAL_DECODE_LINE = re.compile(
+    r"Decode batch, #running-req: \d+, #token: \d+, token usage: [\d.]+, "
+    r"(?:accept len: [\d.]+, accept rate: [\d.]+, )?cuda graph: (?:True|False), "
+    r"gen throughput \(token/s\): [\d.]+, #queue-req: \d+$"
+)
+
+
+def test_simulated_decode_lines_have_the_real_fields(start_sim: object) -> None:
+    sim = start_sim(
+        *EAGLE,
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--decode-log-interval", "4",
+    )  # type: ignore[operator]  # fmt: skip
+    sim.wait_ready()
+    with httpx.Client(base_url=sim.url, timeout=20) as client:
+        client.post(
+            "/generate", json={"text": "tell me", "sampling_params": {"max_new_tokens": 40}}
+        )
+    lines = [line.split("] ", 1)[1] for line in sim.log().splitlines() if "Decode batch" in line]
+    assert lines
+    assert all(REAL_DECODE_LINE.match(line) for line in lines), lines[:3]
+    assert any("accept len" in line for line in lines)
