@@ -19,7 +19,7 @@ __all__ = [
 
 _EXPORTS = {
     "FailureMode": "spec_sweep.failures",
-    "SpecError": "spec_sweep.spec",
+    "SpecError": "spec_sweep.errors",
     "SweepSpec": "spec_sweep.spec",
     "build_command": "spec_sweep.space",
     "load_spec": "spec_sweep.spec",

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spec_sweep.failures import SpecSweepError
-from spec_sweep.spec import SpecError, SweepSpec, load_spec, parse_value
+from spec_sweep.errors import SpecError, SpecSweepError
+from spec_sweep.spec import SweepSpec, load_spec, parse_value
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
 

@@ -53,7 +53,8 @@ from typing import Any, TypeAlias
 
 import httpx
 
-from spec_sweep.spec import SpecError, WorkloadSpec
+from spec_sweep.errors import SpecError
+from spec_sweep.spec import WorkloadSpec
 
 __all__ = [
     "CONSERVATIVE_ID_RANGE",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spec_sweep.errors import SpecError
 from spec_sweep.failures import FailureMode
 from spec_sweep.space import (
     Config,
@@ -29,7 +30,7 @@ from spec_sweep.space import (
     redact,
     secret_values,
 )
-from spec_sweep.spec import SpecError, SweepSpec, parse_value
+from spec_sweep.spec import SweepSpec, parse_value
 
 __all__ = ["ReplayRow", "ReplayTable", "load_replay", "replay_result"]
 

@@ -42,7 +42,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from spec_sweep import sampling
-from spec_sweep.failures import FailureMode, SpecSweepError
+from spec_sweep.errors import SpecSweepError
+from spec_sweep.failures import FailureMode
 from spec_sweep.paths import sweep_state_dir
 from spec_sweep.progress import config_summary
 from spec_sweep.search import best_record, constraint_violations, objective_value, speedup

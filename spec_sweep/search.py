@@ -39,7 +39,8 @@ from ray.tune.search.optuna import OptunaSearch
 from ray.tune.stopper import Stopper
 
 from spec_sweep import sampling
-from spec_sweep.failures import FailureMode, SpecSweepError
+from spec_sweep.errors import SpecError, SpecSweepError
+from spec_sweep.failures import FailureMode
 from spec_sweep.progress import SweepProgress
 from spec_sweep.replay import ReplayTable, load_replay
 from spec_sweep.server import kill_recorded_servers
@@ -54,7 +55,7 @@ from spec_sweep.space import (
     redact,
     secret_values,
 )
-from spec_sweep.spec import SpecError, SweepSpec
+from spec_sweep.spec import SweepSpec
 from spec_sweep.state import SweepState, open_state
 from spec_sweep.tracking import Tracker, TrialRecord, resolve_tracking_uri
 from spec_sweep.trial import TrialResult, run_trial

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from spec_sweep.failures import SpecSweepError
+from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "Scalar",
     "SearchSpaceSpec",
     "SearcherSpec",
-    "SpecError",
     "SweepSpec",
     "TrackingSpec",
     "WorkloadSpec",
@@ -77,10 +76,6 @@ RESERVED_FLAGS: frozenset[str] = frozenset(
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-
-class SpecError(SpecSweepError):
-    """A sweep spec or command-line usage is invalid; nothing was launched."""
 
 
 class _Model(BaseModel):

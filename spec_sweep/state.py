@@ -24,10 +24,10 @@ from typing import IO, Any
 
 import psutil
 
-from spec_sweep.failures import SpecSweepError
+from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.paths import sweep_state_dir
 from spec_sweep.server import kill_processes_matching, kill_recorded_servers
-from spec_sweep.spec import SpecError, SweepSpec
+from spec_sweep.spec import SweepSpec
 
 __all__ = ["SweepState", "fingerprint", "open_state", "spec_diff"]
 

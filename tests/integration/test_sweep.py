@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.failures import FailureMode, SpecSweepError
+from spec_sweep.errors import SpecSweepError
+from spec_sweep.failures import FailureMode
 from spec_sweep.search import SweepOutcome, sweep
 from spec_sweep.space import baseline_config, config_key
 from spec_sweep.spec import SweepSpec, load_spec

@@ -23,8 +23,9 @@ from spec_sweep.client import (
     load_prompts,
     run_benchmark_sync,
 )
+from spec_sweep.errors import SpecError
 from spec_sweep.metrics import bench_metrics
-from spec_sweep.spec import SpecError, WorkloadSpec
+from spec_sweep.spec import WorkloadSpec
 
 # ---------------------------------------------------------------------------------------------
 # Prompt loading
