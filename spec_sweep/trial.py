@@ -28,8 +28,9 @@ from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.errors import SpecError
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.metrics import bench_metrics
+from spec_sweep.procs import group_pids
 from spec_sweep.replay import ReplayTable, load_replay, replay_result
-from spec_sweep.server import ServerProcess, free_port, group_pids, launch_server
+from spec_sweep.server import ServerProcess, free_port, launch_server
 from spec_sweep.space import Config, build_command, redact, resolve_config, secret_values
 from spec_sweep.spec import SweepSpec
 

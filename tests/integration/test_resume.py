@@ -42,9 +42,10 @@ import pytest
 from conftest import stop_ray_processes, wait_until
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.procs import group_pids
 from spec_sweep.sampling import history_trials
 from spec_sweep.search import SweepOutcome, sweep
-from spec_sweep.server import group_pids, kill_recorded_servers
+from spec_sweep.server import kill_recorded_servers
 from spec_sweep.space import config_key, normalize_config
 from spec_sweep.spec import SweepSpec, load_spec
 

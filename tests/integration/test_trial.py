@@ -40,7 +40,8 @@ import pytest
 import yaml
 
 from spec_sweep.failures import FailureMode, find_fatal
-from spec_sweep.server import ServerProcess, group_pids, stop_process_group
+from spec_sweep.procs import group_pids, stop_process_group
+from spec_sweep.server import ServerProcess
 from spec_sweep.space import resolve_config
 from spec_sweep.spec import SweepSpec, load_spec
 from spec_sweep.trial import TrialResult, run_trial

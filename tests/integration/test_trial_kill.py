@@ -27,7 +27,8 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from spec_sweep.server import group_pids, kill_recorded_servers
+from spec_sweep.procs import group_pids
+from spec_sweep.server import kill_recorded_servers
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
