@@ -58,7 +58,7 @@ from spec_sweep.client import load_prompts  # noqa: E402
 from spec_sweep.failures import FailureMode, classify  # noqa: E402
 from spec_sweep.manifest import load_manifest  # noqa: E402
 from spec_sweep.metrics import percentile  # noqa: E402
-from spec_sweep.report import export_columns, export_rows, write_csv  # noqa: E402
+from spec_sweep.replay import export_columns, export_rows, write_csv  # noqa: E402
 from spec_sweep.sim import texts  # noqa: E402
 from spec_sweep.sim.cli import parse_command_line  # noqa: E402
 from spec_sweep.sim.model import AcceptSampler, NodePlan, PerfModel, plan_node  # noqa: E402

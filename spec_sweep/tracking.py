@@ -330,6 +330,13 @@ class Tracker:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status="KILLED")
 
+    def run_status(self, run_id: str) -> str | None:
+        """A run's status (`RUNNING`, `FINISHED`, `KILLED`, ...), None if the store lacks it."""
+        try:
+            return str(self.client.get_run(run_id).info.status)
+        except mlflow.exceptions.MlflowException:
+            return None
+
     def attempts(self, parent_run_id: str, trial_id: str) -> list[TrialRecord]:
         """Every child run (attempt) of one trial of a sweep, oldest first."""
         runs = self._search(

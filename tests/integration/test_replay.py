@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.backends import make_backend
 from spec_sweep.failures import FailureMode
-from spec_sweep.report import export_columns, export_rows, write_csv
-from spec_sweep.search import SweepOutcome, sweep
+from spec_sweep.replay import export_columns, export_rows, write_csv
+from spec_sweep.search.driver import SweepOutcome, sweep
+from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import config_key
 from spec_sweep.spec import SweepSpec, load_spec
 
@@ -61,12 +63,19 @@ def write_spec(
     return load_spec(path)
 
 
-def run(project: Path, spec: SweepSpec, **kwargs: Any) -> SweepOutcome:
+def run(
+    project: Path,
+    spec: SweepSpec,
+    *,
+    simulate: bool = False,
+    replay: Path | None = None,
+    **kwargs: Any,
+) -> SweepOutcome:
     return sweep(
         spec,
+        backend=make_backend(spec, simulate=simulate, replay=replay, grace_s=2.0),
         state_dir=project / ".spec_sweep",
         tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}",
-        grace_s=2.0,
         report=False,
         **kwargs,
     )
@@ -80,7 +89,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SweepSpec, Swe
     spec = write_spec(project, "live")
     outcome = run(project, spec, simulate=True)
     table = project / "live.csv"
-    write_csv(table, export_columns(spec), export_rows(spec, outcome.records))
+    write_csv(table, export_columns(spec), export_rows(spec, finished_in_order(outcome.records)))
     return project, spec, outcome, table
 
 

@@ -10,7 +10,6 @@ the H200 NVLink node above it.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import html
 import textwrap
@@ -19,15 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from spec_sweep.backends import SimBackend
 from spec_sweep.cli import main
 from spec_sweep.failures import FailureMode
-from spec_sweep.report import (
-    build_report,
-    export_columns,
-    export_command,
-    report_command,
-)
-from spec_sweep.search import sweep
+from spec_sweep.replay import export_columns
+from spec_sweep.report import build_report
+from spec_sweep.search.driver import sweep
 from spec_sweep.space import build_command, normalize_config
 from spec_sweep.spec import SweepSpec, load_spec, parse_value
 from spec_sweep.tracking import Tracker, TrialRecord
@@ -96,12 +92,10 @@ def swept(
     uri = f"sqlite:///{root}/mlflow.db"
     outcome = sweep(
         spec,
-        simulate=True,
+        backend=SimBackend(spec, extra_env={"SPEC_SWEEP_SIM_TIME_SCALE": "0"}, grace_s=2.0),
         state_dir=root / "state",
         tracking_uri=uri,
         address=ray_cluster,
-        sim_env={"SPEC_SWEEP_SIM_TIME_SCALE": "0"},
-        grace_s=2.0,
     )
     outcome.state.close()
     return Swept(profile, spec, root, root / "state", uri, outcome.parent_run_id)
@@ -180,8 +174,9 @@ def test_report_matches_the_mlflow_runs(swept: Swept, tmp_path: Path) -> None:
 
 
 def test_report_command_logs_to_the_parent_run(swept: Swept) -> None:
-    args = argparse.Namespace(tracking_uri=swept.uri, output=None, state_dir=str(swept.state_root))
-    assert report_command(swept.spec, args) == 0
+    sweep_file = str(swept.root / "sweep.yaml")
+    args = ["--tracking-uri", swept.uri, "--state-dir", str(swept.state_root)]
+    assert main(["report", sweep_file, *args]) == 0
     folder = swept.state_root / swept.spec.name / "report"
     assert (folder / "report.html").is_file()
     client = Tracker(swept.uri, swept.spec.experiment).client
@@ -206,10 +201,9 @@ def test_cli_report_and_export_find_the_newest_sweep(
 
 def test_export_replays_every_trial(swept: Swept, tmp_path: Path) -> None:
     table = tmp_path / "results.csv"
-    args = argparse.Namespace(
-        tracking_uri=swept.uri, output=str(table), state_dir=str(swept.state_root)
-    )
-    assert export_command(swept.spec, args) == 0
+    sweep_file = str(swept.root / "sweep.yaml")
+    args = ["--tracking-uri", swept.uri, "--state-dir", str(swept.state_root), "-o", str(table)]
+    assert main(["export", sweep_file, *args]) == 0
     with table.open(newline="") as handle:
         reader = csv.DictReader(handle)
         assert reader.fieldnames == export_columns(swept.spec)

@@ -5,8 +5,8 @@ joined to the session's Ray cluster with `--address` or starting their own local
 MLflow store under the test's project dir and the simulator as the server. They are killed with
 SIGKILL at chosen points (during a server boot, during a benchmark, right after a trial finished,
 between trials) or interrupted with SIGINT (once, and twice during a slow teardown), then resumed
-with the same command; the last resume runs in-process through `spec_sweep.search.sweep` so the
-test can read the Optuna study it rebuilt.
+with the same command; the last resume runs in-process through
+`spec_sweep.search.driver.sweep` so the test can read the Optuna study it rebuilt.
 
 After a complete resume the checks are: the finished trials are the budget; no finished
 configuration ran twice (a configuration is launched again only when its earlier launch's child
@@ -42,9 +42,10 @@ import pytest
 from conftest import stop_ray_processes, wait_until
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.backends import SimBackend
 from spec_sweep.procs import group_pids
-from spec_sweep.sampling import history_trials
-from spec_sweep.search import SweepOutcome, sweep
+from spec_sweep.search.driver import SweepOutcome, sweep
+from spec_sweep.search.sampling import history_trials
 from spec_sweep.server import kill_recorded_servers
 from spec_sweep.space import config_key, normalize_config
 from spec_sweep.spec import SweepSpec, load_spec
@@ -439,12 +440,12 @@ def assert_resumed_cleanly(
 
 
 def resume_in_process(sw: Sweep, **kwargs: Any) -> SweepOutcome:
+    spec = sw.spec()
     return sweep(
-        sw.spec(),
-        simulate=True,
+        spec,
+        backend=SimBackend(spec, grace_s=2.0),
         state_dir=sw.state_root,
         tracking_uri=sw.uri,
-        grace_s=2.0,
         report=False,
         **kwargs,
     )

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.backends import SimBackend
 from spec_sweep.errors import SpecSweepError
 from spec_sweep.failures import FailureMode
-from spec_sweep.search import SweepOutcome, sweep
+from spec_sweep.search.driver import SweepOutcome, sweep
 from spec_sweep.space import baseline_config, config_key
 from spec_sweep.spec import SweepSpec, load_spec
 
@@ -79,10 +80,9 @@ def make_spec(
 def run(project: Path, spec: SweepSpec, **kwargs: Any) -> SweepOutcome:
     return sweep(
         spec,
-        simulate=True,
+        backend=SimBackend(spec, grace_s=2.0),
         state_dir=project / ".spec_sweep",
         tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}",
-        grace_s=2.0,
         **kwargs,
     )
 
@@ -129,7 +129,7 @@ def test_failures_reach_optuna_as_fail_with_constraint(
 ) -> None:
     from optuna.trial import TrialState
 
-    from spec_sweep.sampling import history_trials
+    from spec_sweep.search.sampling import history_trials
 
     spec, outcome, _ = pcie
     failed = [r for r in outcome.records if r.finished and r.failure_mode is not FailureMode.NONE]
@@ -205,7 +205,7 @@ def test_mlflow_layout(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
 
 
 def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
-    from spec_sweep.search import best_record, objective_value
+    from spec_sweep.search.objective import best_record, objective_value
 
     spec, outcome, _ = pcie
     best = best_record(spec, outcome.records)
@@ -231,7 +231,7 @@ def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Pa
 
 
 def test_h200_eagle3_wins(project_dir: Path) -> None:
-    from spec_sweep.search import best_record
+    from spec_sweep.search.objective import best_record
 
     extra = "    cuda-graph-max-bs: {choices: [128, 512], default: 512}\n"
     spec = make_spec(project_dir, name="h200", profile="h200-nvlink-x8", extra=extra, trials=8)

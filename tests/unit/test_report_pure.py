@@ -10,13 +10,9 @@ from pathlib import Path
 import pytest
 
 from spec_sweep.failures import FailureMode
-from spec_sweep.report import (
-    build_report,
-    diagnose_speculative,
-    export_columns,
-    export_rows,
-    pareto_front,
-)
+from spec_sweep.replay import export_columns, export_rows
+from spec_sweep.report import build_report, diagnose_speculative, pareto_front
+from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import normalize_config
 from spec_sweep.spec import SweepSpec, load_spec, metric_names, parse_value
 from spec_sweep.tracking import TrialRecord
@@ -300,7 +296,7 @@ def test_export_columns_per_level(tmp_path: Path) -> None:
 
 def test_export_rows(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    rows = export_rows(spec, _sweep())
+    rows = export_rows(spec, finished_in_order(_sweep()))
     assert len(rows) == 6
     assert all(list(row) == export_columns(spec) for row in rows)
     base, _, eagle, _, oom, _ = rows
@@ -324,7 +320,7 @@ def test_export_rows_read_back(tmp_path: Path) -> None:
     """Each row's cells parse back (as `--set` values do) to the trial's configuration."""
     spec = _spec(tmp_path)
     records = _sweep()
-    for record, row in zip(records, export_rows(spec, records), strict=True):
+    for record, row in zip(records, export_rows(spec, finished_in_order(records)), strict=True):
         parsed = {k: parse_value(row[k]) for k in spec.params}
         assert normalize_config(spec, parsed) == record.config
         for name, value in record.metrics.items():
@@ -334,7 +330,9 @@ def test_export_rows_read_back(tmp_path: Path) -> None:
 def test_export_rows_keep_full_precision(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     value = 1 / 3
-    rows = export_rows(spec, [_record("t0000", PLAIN, metrics={"output_throughput": value})])
+    rows = export_rows(
+        spec, finished_in_order([_record("t0000", PLAIN, metrics={"output_throughput": value})])
+    )
     assert float(rows[0]["output_throughput"]) == value
 
 

@@ -16,7 +16,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.samplers import TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from spec_sweep import sampling
+from spec_sweep.search import sampling
 from spec_sweep.space import baseline_config, config_key, normalize_config
 from spec_sweep.spec import SweepSpec, load_spec
 
@@ -66,7 +66,7 @@ def frozen(params: dict[str, Any], *, failed: bool) -> FrozenTrial:
         distributions={k: CategoricalDistribution([v, "other"]) for k, v in params.items()},
         value=None if failed else 1.0,
         state=TrialState.FAIL if failed else TrialState.COMPLETE,
-        system_attrs={f"constraints:{sampling.FAILED_CONSTRAINT}": 1.0 if failed else 0.0},
+        constraints={sampling.FAILED_CONSTRAINT: 1.0 if failed else 0.0},
     )
 
 
@@ -101,7 +101,7 @@ def test_constraint_violations_count_as_failures_but_machinery_failures_do_not()
         params={"x": "a"},
         distributions={"x": CategoricalDistribution(["a", "b"])},
         value=1.0,
-        system_attrs={"constraints:ttft": 5.0},
+        constraints={"ttft": 5.0},
     )
     crashed_driver = optuna.trial.create_trial(
         params={"x": "b"},
@@ -204,7 +204,7 @@ def test_neighbors_cover_each_parameter_and_spread_numeric_ranges(tmp_path: Path
 
 def drive(spec: SweepSpec, score: Any, trials: int) -> list[dict[str, Any]]:
     """Propose and tell `trials` configurations; returns them in order."""
-    from spec_sweep.search import SweepSearcher
+    from spec_sweep.search.searcher import SweepSearcher
 
     searcher = SweepSearcher(
         spec,
@@ -214,17 +214,17 @@ def drive(spec: SweepSpec, score: Any, trials: int) -> list[dict[str, Any]]:
     )
     out = []
     for i in range(trials):
-        params = searcher.suggest(f"x{i}")
-        if not isinstance(params, dict):
+        proposal = searcher.suggest(f"x{i}")
+        if proposal is None:
             break
-        config = normalize_config(spec, {k: v for k, v in params.items() if "__" not in k})
+        config = proposal.config
         value = score(config)
         result = (
             {"failure_mode": "crash"}
             if value is None
             else {"failure_mode": "none", "output_throughput": value}
         )
-        searcher.on_trial_complete(f"x{i}", result)
+        searcher.complete(f"x{i}", result)
         out.append(config)
     return out
 
