@@ -64,7 +64,7 @@ def main() -> None:
     from spec_sweep.backends import SimBackend
     from spec_sweep.search.cluster import NODE_RESOURCE
     from spec_sweep.search.driver import sweep
-    from spec_sweep.spec import load_spec
+    from spec_sweep.spec_load import load_spec
     from spec_sweep.trial import run_trial
 
     with tempfile.TemporaryDirectory(prefix="spec-sweep-overhead-") as tmp_name:

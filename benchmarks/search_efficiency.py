@@ -73,7 +73,8 @@ from spec_sweep.space import (  # noqa: E402
     normalize_config,
     ordered_keys,
 )
-from spec_sweep.spec import Scalar, SweepSpec, load_spec  # noqa: E402
+from spec_sweep.spec import Scalar, SweepSpec  # noqa: E402
+from spec_sweep.spec_load import load_spec  # noqa: E402
 
 GRIDS = {
     "pcie": ROOT / "benchmarks" / "grids" / "pcie.yaml",

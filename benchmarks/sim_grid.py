@@ -71,7 +71,8 @@ from spec_sweep.space import (  # noqa: E402
     is_active,
     ordered_keys,
 )
-from spec_sweep.spec import SweepSpec, WorkloadSpec, load_spec  # noqa: E402
+from spec_sweep.spec import SweepSpec, WorkloadSpec  # noqa: E402
+from spec_sweep.spec_load import load_spec  # noqa: E402
 from spec_sweep.tracking import TrialRecord  # noqa: E402
 
 #: Start phases of the accept-length sampler averaged per request (its u_0 is seeded per request).

@@ -22,7 +22,7 @@ _EXPORTS = {
     "SpecError": "spec_sweep.errors",
     "SweepSpec": "spec_sweep.spec",
     "build_command": "spec_sweep.space",
-    "load_spec": "spec_sweep.spec",
+    "load_spec": "spec_sweep.spec_load",
 }
 
 __version__ = "0.1.0"

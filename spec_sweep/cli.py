@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from spec_sweep.errors import SpecError, SpecSweepError
-from spec_sweep.spec import Scalar, SweepSpec, load_spec, parse_value
+from spec_sweep.spec import Scalar, SweepSpec, parse_value
+from spec_sweep.spec_load import load_spec
 
 if TYPE_CHECKING:
     from spec_sweep.backends import TrialBackend

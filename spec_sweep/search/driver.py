@@ -61,11 +61,16 @@ log = logging.getLogger("spec_sweep")
 
 
 class _TuneSearcher(Searcher):
-    """Ray Tune's side of `SweepSearcher`: proposals become Tune configs, results go back."""
+    """Ray Tune's side of `SweepSearcher`: proposals become Tune configs, results go back.
+
+    Tune's own snapshot of the searcher is not used to resume (the MLflow record is), so
+    `save` is not implemented and Tune skips it with a warning in the driver log. The
+    attribute is not called `searcher`: Tune would take this for a wrapper and descend.
+    """
 
     def __init__(self, searcher: SweepSearcher, spec: SweepSpec) -> None:
         super().__init__(metric=spec.objective.metric, mode=spec.objective.mode)
-        self.searcher = searcher
+        self._sweep = searcher
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
@@ -75,9 +80,9 @@ class _TuneSearcher(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """The searcher's next proposal, tagged with our trial id and attempt number."""
-        proposal = self.searcher.suggest(trial_id)
+        proposal = self._sweep.suggest(trial_id)
         if proposal is None:
-            return Searcher.FINISHED if self.searcher.exhausted else None  # type: ignore[return-value]
+            return Searcher.FINISHED if self._sweep.exhausted else None  # type: ignore[return-value]
         return {**proposal.params, TRIAL_ID_KEY: proposal.trial_id, ATTEMPT_KEY: proposal.attempt}
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -87,7 +92,7 @@ class _TuneSearcher(Searcher):
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
         """Tell the searcher how the trial ended."""
-        self.searcher.complete(trial_id, result, error=error)
+        self._sweep.complete(trial_id, result, error=error)
 
 
 @dataclass

@@ -24,7 +24,8 @@ from spec_sweep.replay import export_columns, export_rows, write_csv
 from spec_sweep.search.driver import SweepOutcome, sweep
 from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import config_key
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -25,7 +25,8 @@ from spec_sweep.replay import export_columns
 from spec_sweep.report import build_report
 from spec_sweep.search.driver import sweep
 from spec_sweep.space import build_command, normalize_config
-from spec_sweep.spec import SweepSpec, load_spec, parse_value
+from spec_sweep.spec import SweepSpec, parse_value
+from spec_sweep.spec_load import load_spec
 from spec_sweep.tracking import Tracker, TrialRecord
 
 PCIE = "rtx-pro-6000-pcie-x8"

@@ -23,7 +23,7 @@ from matplotlib import image as mpimg
 
 from spec_sweep.failures import FailureMode
 from spec_sweep.report import ReportResult, build_report
-from spec_sweep.spec import load_spec
+from spec_sweep.spec_load import load_spec
 from spec_sweep.tracking import TrialRecord
 
 CHROMIUM = Path("/usr/bin/chromium")

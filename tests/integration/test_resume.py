@@ -48,7 +48,8 @@ from spec_sweep.search.driver import SweepOutcome, sweep
 from spec_sweep.search.sampling import history_trials
 from spec_sweep.server import kill_recorded_servers
 from spec_sweep.space import config_key, normalize_config
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"

@@ -21,7 +21,8 @@ from spec_sweep.errors import SpecSweepError
 from spec_sweep.failures import FailureMode
 from spec_sweep.search.driver import SweepOutcome, sweep
 from spec_sweep.space import baseline_config, config_key
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -43,7 +43,8 @@ from spec_sweep.failures import FailureMode, find_fatal
 from spec_sweep.procs import group_pids, stop_process_group
 from spec_sweep.server import ServerProcess
 from spec_sweep.space import resolve_config
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 from spec_sweep.trial import TrialResult, run_trial
 
 ROOT = Path(__file__).resolve().parents[2]

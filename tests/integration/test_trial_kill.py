@@ -39,7 +39,7 @@ _DRIVER = textwrap.dedent(
     from pathlib import Path
 
     from spec_sweep.space import baseline_config
-    from spec_sweep.spec import load_spec
+    from spec_sweep.spec_load import load_spec
     from spec_sweep.trial import run_trial
 
     spec_path, trial_dir, where = sys.argv[1], Path(sys.argv[2]), sys.argv[3]

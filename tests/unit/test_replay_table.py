@@ -10,7 +10,8 @@ import pytest
 from spec_sweep.errors import SpecError
 from spec_sweep.failures import FailureMode
 from spec_sweep.replay import load_replay, replay_result
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 SPEC = """\
 name: r

@@ -14,7 +14,8 @@ from spec_sweep.replay import export_columns, export_rows
 from spec_sweep.report import build_report, diagnose_speculative, pareto_front
 from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import normalize_config
-from spec_sweep.spec import SweepSpec, load_spec, metric_names, parse_value
+from spec_sweep.spec import SweepSpec, metric_names, parse_value
+from spec_sweep.spec_load import load_spec
 from spec_sweep.tracking import TrialRecord
 
 SPEC = """\

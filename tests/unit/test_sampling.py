@@ -18,7 +18,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from spec_sweep.search import sampling
 from spec_sweep.space import baseline_config, config_key, normalize_config
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
