@@ -8,7 +8,7 @@ joins the cluster at `--address` (or `RAY_ADDRESS`), else starts a local one in 
 GPUs when the backend is simulated. `check_cluster` fails fast when no node can hold a trial.
 It is, with `driver`, one of the two modules that import ray, and the only one that uses Ray's
 private API (`ray._private.authentication`, and `ray.init(_temp_dir=...)`), pinned by
-`tests/unit/test_optuna_contract.py`.
+`tests/unit/test_private_api_contracts.py`.
 """
 
 from __future__ import annotations

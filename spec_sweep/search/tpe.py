@@ -9,7 +9,7 @@ a `FailureModel`. Doing so needs three private pieces of Optuna 5.0, and this mo
 one that touches them: the `_compute_acquisition_func` hook of `TPESampler`, the
 `_ParzenEstimator` type it receives, and `Study._get_trials`, which TPE calls to read the
 history (a read-only view adds the infeasible FAIL trials to what it returns).
-`tests/unit/test_optuna_contract.py` pins the Optuna version and checks each of them, so an
+`tests/unit/test_private_api_contracts.py` pins the Optuna version and checks each of them, so an
 upgrade that changes them fails there first.
 """
 

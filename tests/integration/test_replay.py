@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import make_spec
 from mlflow.tracking import MlflowClient
 
 from spec_sweep.backends import make_backend
@@ -25,43 +26,25 @@ from spec_sweep.search.driver import SweepOutcome, sweep
 from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import config_key
 from spec_sweep.spec import SweepSpec
-from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  include: [speculative.yaml]
-  params:
-    mem-fraction-static: {{choices: [0.88, 0.97], default: 0.88}}
-baseline: {{speculative-algorithm: null}}
-workload:
-  {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1, warmup_prompts: 0}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, reuse: {reuse}}}
-searcher: {{kind: tpe, seed: 3}}
-"""
-
 
 def write_spec(
     project: Path, name: str, *, trials: int = 6, reuse: bool = False, output_len: int = 16
 ) -> SweepSpec:
-    path = project / "sweeps" / f"{name}.yaml"
-    path.write_text(
-        SPEC.format(name=name, trials=trials, reuse=str(reuse).lower(), output_len=output_len)
+    return make_spec(
+        project / "sweeps",
+        name=name,
+        search_space={
+            "params": {"mem-fraction-static": {"choices": [0.88, 0.97], "default": 0.88}}
+        },
+        workload={"output_len": output_len, "warmup_prompts": 0},
+        budget={"trials": trials, "reuse": reuse},
+        searcher={"seed": 3},
     )
-    return load_spec(path)
 
 
 def run(

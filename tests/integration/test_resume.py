@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import conftest
 import psutil
 import pytest
 from conftest import stop_ray_processes, wait_until
@@ -56,31 +57,6 @@ READY = "The server is fired up and ready to roll!"
 BENCH_STARTED = '"GET /health_generate HTTP/1.1" 200'
 TAG_ENV = "SPEC_SWEEP_TEST_SWEEP"
 RESUME_HINT = "run the same command again to resume"
-
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  env: {env}
-  boot_timeout_s: 60
-  request_timeout_s: 30
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  include: [speculative.yaml]
-  params:
-    cuda-graph-max-bs: {{choices: [128, 512], default: 512}}
-baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1,
-           warmup_prompts: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, trial_timeout_s: 120}}
-searcher: {{kind: tpe, seed: 0}}
-"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,9 +125,13 @@ def write_spec(
     env = {"SPEC_SWEEP_SIM_TIME_SCALE": str(time_scale), TAG_ENV: tag}
     if fault:
         env["SPEC_SWEEP_SIM_FAULT"] = fault
-    path = project / "sweeps" / f"{name}.yaml"
-    path.write_text(
-        SPEC.format(name=name, env=json.dumps(env), output_len=output_len, trials=trials)
+    path = conftest.write_spec(
+        project / "sweeps",
+        name=name,
+        node={"env": env},
+        search_space={"params": {"cuda-graph-max-bs": {"choices": [128, 512], "default": 512}}},
+        workload={"output_len": output_len},
+        budget={"trials": trials},
     )
     return Sweep(project=project, name=name, tag=tag, spec_path=path)
 

@@ -13,7 +13,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import conftest
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from spec_sweep.backends import SimBackend
@@ -26,29 +28,6 @@ from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  env: {{HF_TOKEN: hf_supersecretvalue}}
-  boot_timeout_s: 60
-  request_timeout_s: 30
-  sim_profile: {profile}
-search_space:
-  include: [speculative.yaml]
-  params:
-{extra}
-baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: 48, num_prompts: 2, concurrency: 1, warmup_prompts: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, trial_timeout_s: 120}}
-searcher: {{kind: tpe, seed: {seed}}}
-"""
 
 PCIE_EXTRA = """\
     cuda-graph-max-bs: {choices: [128, 512], default: 512}
@@ -65,17 +44,15 @@ def make_spec(
     trials: int = 8,
     seed: int = 0,
 ) -> SweepSpec:
-    path = project / "sweeps" / f"{name}.yaml"
-    path.write_text(
-        SPEC.format(
-            name=name,
-            profile=profile,
-            extra=textwrap.indent(textwrap.dedent(extra), "    "),
-            trials=trials,
-            seed=seed,
-        )
+    return conftest.make_spec(
+        project / "sweeps",
+        name=name,
+        node={"env": {"HF_TOKEN": "hf_supersecretvalue"}, "sim_profile": profile},
+        search_space={"params": yaml.safe_load(textwrap.dedent(extra))},
+        workload={"output_len": 48},
+        budget={"trials": trials},
+        searcher={"seed": seed},
     )
-    return load_spec(path)
 
 
 def run(project: Path, spec: SweepSpec, **kwargs: Any) -> SweepOutcome:

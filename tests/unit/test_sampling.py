@@ -10,8 +10,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+import conftest
 import optuna
 import pytest
+from conftest import DROP
 from optuna.distributions import CategoricalDistribution
 from optuna.samplers import TPESampler
 from optuna.trial import FrozenTrial, TrialState
@@ -19,42 +21,32 @@ from optuna.trial import FrozenTrial, TrialState
 from spec_sweep.search import sampling
 from spec_sweep.space import baseline_config, config_key, normalize_config
 from spec_sweep.spec import SweepSpec
-from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SPEC = """\
-name: sampling
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  params:
-    speculative-algorithm: {{choices: [null, EAGLE3]}}
-    speculative-num-steps: {{choices: [1, 2, 3], default: 3, when: {{{when}}}}}
-    speculative-eagle-topk: {{choices: [1, 2], default: 1, when: {{{when}}}}}
-    cuda-graph-max-bs: {{choices: [64, 128, 512], default: 512}}
-    mem-fraction-static: {{float: [0.7, 0.9]}}
-    enable-flashinfer-allreduce-fusion: {{choices: [false, true], default: false}}
-baseline: {{speculative-algorithm: null, mem-fraction-static: 0.8}}
-workload: {{dataset: builtin, output_len: 16, num_prompts: 1, concurrency: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}}}
-searcher: {{kind: {kind}, seed: {seed}}}
-"""
-
 
 def make_spec(tmp_path: Path, *, trials: int = 30, kind: str = "tpe", seed: int = 0) -> SweepSpec:
-    path = tmp_path / f"sampling-{kind}-{seed}-{trials}.yaml"
-    when = "speculative-algorithm: EAGLE3"
-    path.write_text(SPEC.format(trials=trials, kind=kind, seed=seed, when=when))
-    return load_spec(path)
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    return conftest.make_spec(
+        tmp_path,
+        name=f"sampling-{kind}-{seed}-{trials}",
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "speculative-num-steps": {"choices": [1, 2, 3], "default": 3, "when": eagle},
+                "speculative-eagle-topk": {"choices": [1, 2], "default": 1, "when": eagle},
+                "cuda-graph-max-bs": {"choices": [64, 128, 512], "default": 512},
+                "mem-fraction-static": {"float": [0.7, 0.9]},
+                "enable-flashinfer-allreduce-fusion": {"choices": [False, True], "default": False},
+            },
+        },
+        baseline={"mem-fraction-static": 0.8},
+        workload={"num_prompts": 1},
+        budget={"trials": trials},
+        searcher={"kind": kind, "seed": seed},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
