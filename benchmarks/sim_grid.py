@@ -1,4 +1,5 @@
-"""Export a full grid of configurations from the simulated node into a replay table (DESIGN 4.6).
+"""Export a full grid of configurations from the simulated node into a replay table (docs/design.md,
+"Replay table").
 
 For every configuration of a sweep spec whose parameters are all finite (choices, int ranges,
 float ranges with a step), this computes what a trial of that configuration would end with on the
@@ -467,7 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`sim_grid.py SPEC.yaml OUT.csv [--validate N]`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", type=Path, help="sweep spec whose parameters are all finite")
-    parser.add_argument("out", type=Path, help="replay table to write (CSV, DESIGN 4.6)")
+    parser.add_argument(
+        "out", type=Path, help="replay table to write (CSV; docs/design.md, Replay table)"
+    )
     parser.add_argument(
         "--validate",
         type=int,

@@ -1,13 +1,13 @@
 """The load generator: httpx async streaming requests against SGLang's native `/generate`.
 
-This module owns the client side of a trial's benchmark (DESIGN 2 step 4, 4.2 `workload`): which
-prompts are sent (`load_prompts`: random token ids of exactly `input_len` tokens, the built-in
-text prompt set, or a JSON/JSONL file of text prompts, ShareGPT layout accepted), how they are
-sent (`concurrency` requests in flight per level, each in-flight slot with its own kept-alive
-connection, warm-up first, `max_new_tokens = output_len` with `ignore_eos`, greedy sampling,
-request bodies built before the level starts) and what is recorded for each request
-(`RequestOutput`: TTFT, inter-token latencies, server-counted tokens, error). It is the only
-module that imports httpx. Turning records into metrics is `spec_sweep.metrics`' job.
+This module owns the client side of a trial's benchmark (docs/design.md, "How a sweep runs" and
+"Spec format"): which prompts are sent (`load_prompts`: random token ids of exactly `input_len`
+tokens, the built-in text prompt set, or a JSON/JSONL file of text prompts, ShareGPT layout
+accepted), how they are sent (`concurrency` requests in flight per level, each in-flight slot with
+its own kept-alive connection, warm-up first, `max_new_tokens = output_len` with `ignore_eos`,
+greedy sampling, request bodies built before the level starts) and what is recorded for each request
+(`RequestOutput`: TTFT, inter-token latencies, server-counted tokens, error). It is the only module
+that imports httpx. Turning records into metrics is `spec_sweep.metrics`' job.
 
 Stream format (SGLang 0.5.x `http_server.generate_request`): one `data: {json}` SSE event per
 scheduler output, ending with `data: [DONE]`; each event carries the (by default cumulative)

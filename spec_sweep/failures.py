@@ -1,9 +1,9 @@
-"""How trials end: this module owns the ``FailureMode`` enum
-(DESIGN 4.3), the table of fatal log-line patterns taken from the real message texts of SGLang,
-PyTorch, NCCL, FlashInfer, DeepEP and argparse (data, not code), the per-line check a log watcher
-runs on every line a server prints (``find_fatal``), the one classifier that turns a trial's log,
-exit status and readiness/benchmark outcome into exactly one ``Classification`` (``classify``).
-The exception types live in ``errors``. It is pure: standard library only, no I/O.
+"""How trials end: this module owns the ``FailureMode`` enum (docs/design.md, "Failure modes"), the
+table of fatal log-line patterns taken from the real message texts of SGLang, PyTorch, NCCL,
+FlashInfer, DeepEP and argparse (data, not code), the per-line check a log watcher runs on every
+line a server prints (``find_fatal``), the one classifier that turns a trial's log, exit status and
+readiness/benchmark outcome into exactly one ``Classification`` (``classify``). The exception types
+live in ``errors``. It is pure: standard library only, no I/O.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = [
 
 
 class FailureMode(enum.StrEnum):
-    """How a trial ended (DESIGN 4.3); exactly one per trial."""
+    """How a trial ended (docs/design.md, "Failure modes"); exactly one per trial."""
 
     NONE = "none"
     """The trial finished and was measured."""

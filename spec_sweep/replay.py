@@ -111,7 +111,10 @@ def load_replay(path: str | Path, spec: SweepSpec) -> ReplayTable:
                 "replay a table exported from a sweep over the same parameters"
             )
         if "failure_mode" not in columns:
-            raise SpecError(f"--replay {path}: no 'failure_mode' column (DESIGN 4.6 layout)")
+            raise SpecError(
+                f"--replay {path}: no 'failure_mode' column: write it as spec-sweep export "
+                "does (docs/design.md, Replay table)"
+            )
         metric_columns = [c for c in columns if c not in spec.params and c != "failure_mode"]
         rows: dict[str, ReplayRow] = {}
         duplicates = 0
@@ -223,9 +226,9 @@ def _with_noise(
 def export_columns(spec: SweepSpec) -> list[str]:
     """The replay-table header: parameter keys (spec order), metrics, `failure_mode`.
 
-    Metrics come as `output_throughput`, then `accept_length`, then the other metrics of
-    DESIGN 4.4 in `spec.metric_names` order; with several concurrency levels each metric has one
-    column per level, suffixed `_c<N>` exactly as the MLflow runs name them.
+    Metrics come as `output_throughput`, then `accept_length`, then the other metrics of the MLflow
+    layout in `spec.metric_names` order; with several concurrency levels each metric has one column
+    per level, suffixed `_c<N>` exactly as the MLflow runs name them.
     """
     names = metric_names(spec.workload)
     first = [n for n in names if n.startswith("output_throughput")]

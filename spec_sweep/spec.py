@@ -197,7 +197,8 @@ class NodeSpec(_Model):
 
     backend: Backend = Backend.SGLANG
     launch: tuple[str, ...] | None = Field(
-        None, description="Command prefix; default depends on backend (DESIGN 4.5)."
+        None,
+        description="Command prefix; default depends on backend (docs/design.md, Server launch).",
     )
     model: str = Field(description="--model-path of the target model.")
     draft_model: str | None = Field(None, description="--speculative-draft-model-path.")
@@ -225,7 +226,7 @@ class NodeSpec(_Model):
         return launch
 
     def launch_prefix(self, *, simulate: bool = False) -> tuple[str, ...]:
-        """The command prefix a trial runs (DESIGN 4.5)."""
+        """The command prefix a trial runs (docs/design.md, "Server launch")."""
         if simulate or self.backend is Backend.SIM:
             if self.backend is Backend.SIM and self.launch:
                 return self.launch
@@ -372,7 +373,7 @@ class SweepSpec(_Model):
 
 
 def metric_names(workload: WorkloadSpec) -> list[str]:
-    """Every metric name a trial of this workload can report (DESIGN 4.4)."""
+    """Every metric name a trial of this workload can report (docs/design.md, "MLflow layout")."""
     names = list(BASE_METRICS)
     if workload.multi_level:
         names += [f"{m}_c{c}" for c in workload.concurrency for m in LEVEL_METRICS]

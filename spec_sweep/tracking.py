@@ -1,13 +1,13 @@
 """MLflow: the sweep's parent run, one child run per trial, and reading them back.
 
-This is the only module that imports mlflow. It writes the layout of DESIGN 4.4 through an
-explicit `MlflowClient` (safe from Ray worker threads): experiment = sweep name, one parent run
-per sweep (tag `spec_sweep.kind=sweep`, the spec as an artifact, `best_<metric>` at the end) and
-one child run per trial (tags `spec_sweep.kind=trial`, `spec_sweep.trial_id`, `failure_mode`;
-params by parameter key; the metrics measured; artifacts `server.log`, `command.txt`,
-`bench.json`). A trial's child run is written and closed as FINISHED *before* the trial is
-reported done, which makes the store the durable record of finished trials that resume relies
-on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store in clear.
+This is the only module that imports mlflow. It writes the layout of docs/design.md, "MLflow layout"
+through an explicit `MlflowClient` (safe from Ray worker threads): experiment = sweep name, one
+parent run per sweep (tag `spec_sweep.kind=sweep`, the spec as an artifact, `best_<metric>` at the
+end) and one child run per trial (tags `spec_sweep.kind=trial`, `spec_sweep.trial_id`,
+`failure_mode`; params by parameter key; the metrics measured; artifacts `server.log`,
+`command.txt`, `bench.json`). A trial's child run is written and closed as FINISHED *before* the
+trial is reported done, which makes the store the durable record of finished trials that resume
+relies on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store in clear.
 """
 
 from __future__ import annotations

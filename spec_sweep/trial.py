@@ -40,9 +40,9 @@ class TrialResult:
     Attributes:
         trial_id: The trial's id (unique within a sweep).
         config: The configuration (parameter key -> value).
-        failure_mode: Exactly one outcome (DESIGN 4.3).
+        failure_mode: Exactly one outcome (docs/design.md, "Failure modes").
         reason: One line saying why.
-        metrics: Metric name -> value (DESIGN 4.4), only what was measured.
+        metrics: Metric name -> value (docs/design.md, "MLflow layout"), only what was measured.
         command: The server argv as launched (`python` not yet resolved).
         env: The environment variables the trial added.
         log_path: The server log, if a server was launched.

@@ -64,7 +64,7 @@ class ReportResult:
         figures: The PNG figures (also embedded in the HTML).
         best_trial_id: The best trial that met the constraints (None: none did).
         diagnosis: The speculative-decoding diagnosis of every measured speculative trial.
-        csv: The replay table of every trial (DESIGN 4.6).
+        csv: The replay table of every trial (docs/design.md, "Replay table").
     """
 
     html: Path

@@ -10,7 +10,7 @@ takes a local step instead, an unmeasured neighbour of that configuration (one v
 the one least likely to fail by `sampling.FailureModel`, seeded ties. Random search stays
 random: it just draws again. Every failed trial is told as FAIL with a violated `failed`
 constraint, which the failure-aware TPE sampler learns from; a trial whose machinery failed is
-told as FAIL without it, which every sampler ignores (docs/design.md, "Contracts").
+told as FAIL without it, which every sampler ignores (docs/design.md, "Failure modes").
 """
 
 from __future__ import annotations

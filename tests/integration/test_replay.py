@@ -1,8 +1,8 @@
 """Replay backend and cross-sweep reuse, through the real sweep path (Ray, MLflow, searcher).
 
-A live simulated sweep is exported as a replay table (DESIGN 4.6) and replayed: the replayed
-sweep's MLflow layout equals the live one's and its outcomes are the recorded ones. With
-`budget.reuse`, a second sweep on the same node fingerprint launches nothing.
+A live simulated sweep is exported as a replay table (docs/design.md, "Replay table") and replayed:
+the replayed sweep's MLflow layout equals the live one's and its outcomes are the recorded ones.
+With `budget.reuse`, a second sweep on the same node fingerprint launches nothing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resume (DESIGN 2 item 7, 4.1): a killed or interrupted sweep picks up where it stopped.
+"""Resume (docs/design.md, "Resume"): a killed or interrupted sweep picks up where it stopped.
 
 Sweep drivers run as real subprocesses (`python -m spec_sweep.run SWEEP.yaml --simulate ...`),
 joined to the session's Ray cluster with `--address` or starting their own local Ray, with a real

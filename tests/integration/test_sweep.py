@@ -1,9 +1,9 @@
 """Whole sweeps: real Ray (session cluster), a real MLflow store under tmp_path, the simulator.
 
-Checks the contracts of DESIGN 2 and 4.4: the baseline runs first, failed trials reach Optuna as
-FAIL with a violated constraint, no configuration is launched twice, the MLflow layout field by
-field, and the sweep reaches the write-up's conclusion on the PCIe profile (EAGLE-3 loses) and
-the opposite one on the H200 profile.
+Checks the contracts of docs/design.md, "How a sweep runs" and "MLflow layout": the baseline runs
+first, failed trials reach Optuna as FAIL with a violated constraint, no configuration is launched
+twice, the MLflow layout field by field, and the sweep reaches the write-up's conclusion on the PCIe
+profile (EAGLE-3 loses) and the opposite one on the H200 profile.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Integration tests of one trial through the real launcher against the simulated node.
 
-Every test runs `run_trial` (or `spec-sweep trial` as a subprocess) with `simulate=True`: the
-real launcher starts `python -m spec_sweep.sim` in its own process group on a free loopback
-port, at time scale 0 (tests/conftest.py). There is one test per failure mode of DESIGN 4.3
+Every test runs `run_trial` (or `spec-sweep trial` as a subprocess) with `simulate=True`: the real
+launcher starts `python -m spec_sweep.sim` in its own process group on a free loopback port, at time
+scale 0 (tests/conftest.py). There is one test per failure mode of docs/design.md, "Failure modes"
 except `node_lost`. A real configuration produces the failure where the simulated PCIe node
-(`rtx-pro-6000-pcie-x8`) does so: `mem-fraction-static` too high (OOM while capturing CUDA
-graphs), EP 8 with the FlashInfer A2A backend (assertion), FlashInfer all-reduce fusion on SM120
+(`rtx-pro-6000-pcie-x8`) does so: `mem-fraction-static` too high (OOM while capturing CUDA graphs),
+EP 8 with the FlashInfer A2A backend (assertion), FlashInfer all-reduce fusion on SM120
 (unsupported), `NCCL_ALGO=NVLS` without NVLink (NCCL), and so on. Faults that no configuration can
-produce go through the simulator's own `SPEC_SWEEP_SIM_FAULT`, passed as `run_trial`'s
-`extra_env`, which is the real launcher path.
+produce go through the simulator's own `SPEC_SWEEP_SIM_FAULT`, passed as `run_trial`'s `extra_env`,
+which is the real launcher path.
 
 Each test checks the classification, that the trial ended promptly (within 2 s of the fatal log
 line, or of the configured timeout) and that no process of the server's group is left. The time

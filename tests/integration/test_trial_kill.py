@@ -1,4 +1,5 @@
-"""A trial's server never outlives the process that runs the trial (DESIGN 4.5).
+"""A trial's server never outlives the process that runs the trial (docs/design.md, "Server
+launch").
 
 Each test starts a small driver process that calls `run_trial` on the simulated node with the
 `hang-after=0` fault (the server becomes ready, then the benchmark's first request never gets an

@@ -1,4 +1,5 @@
-"""Replay tables (DESIGN 4.6): reading, lookup, missing configurations, seeded noise."""
+"""Replay tables (docs/design.md, "Replay table"): reading, lookup, missing configurations, seeded
+noise."""
 
 from __future__ import annotations
 
