@@ -16,7 +16,7 @@ the simulated server runs.
   (`spec_sweep.failures.classify`), so a failure gets the mode the real trial would record
   (e.g. an impossible draft tree, a `RuntimeError` in the draft capture, is `crash`).
 * A configuration that boots is measured as the trial's client would measure the spec's workload
-  (concurrency 1 only): the workload's own prompts (`spec_sweep.client.load_prompts`, warm-up
+  (concurrency 1 only): the workload's own prompts (`spec_sweep.prompts.load_prompts`, warm-up
   first) and their token counts as the server counts them; per request a prefill
   (`PerfModel.prefill_ms`) and then decode steps (`PerfModel.step_ms`) until `output_len`
   tokens, times the configuration's seeded per-boot factor (`PerfModel.boot_factor`; the
@@ -55,14 +55,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spec_sweep.client import load_prompts  # noqa: E402
 from spec_sweep.failures import FailureMode, classify  # noqa: E402
 from spec_sweep.manifest import load_manifest  # noqa: E402
 from spec_sweep.metrics import percentile  # noqa: E402
+from spec_sweep.prompts import load_prompts  # noqa: E402
 from spec_sweep.replay import export_columns, export_rows, write_csv  # noqa: E402
 from spec_sweep.sim import texts  # noqa: E402
 from spec_sweep.sim.cli import parse_command_line  # noqa: E402
-from spec_sweep.sim.model import AcceptSampler, NodePlan, PerfModel, plan_node  # noqa: E402
+from spec_sweep.sim.model import NodePlan, plan_node  # noqa: E402
+from spec_sweep.sim.perf import AcceptSampler, PerfModel  # noqa: E402
 from spec_sweep.sim.profiles import Profile, load_profile  # noqa: E402
 from spec_sweep.space import (  # noqa: E402
     Config,

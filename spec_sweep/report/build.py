@@ -32,14 +32,13 @@ from spec_sweep.report.analysis import (
     _Importances,
     _importances,
 )
+from spec_sweep.report.diagnosis_figures import fig_latency, fig_speculative
 from spec_sweep.report.figures import (
     FIGURE_NAMES,
     fig_effects,
     fig_failures,
     fig_importance,
-    fig_latency,
     fig_progress,
-    fig_speculative,
     png,
 )
 from spec_sweep.report.html import render_html
