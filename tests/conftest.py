@@ -93,21 +93,21 @@ def spec_data(**sections: Any) -> dict[str, Any]:
     return _merge(BASE_SPEC, sections)
 
 
-def write_spec(directory: Path, **sections: Any) -> Path:
-    """Write `<directory>/<name>.yaml` from the template; fragments resolve from the repo's
-    `search_spaces/` (or the directory's own, if it has one)."""
+def write_spec(directory: Path, *, file: str | None = None, **sections: Any) -> Path:
+    """Write `<directory>/<file or name.yaml>` from the template; fragments resolve from the
+    repo's `search_spaces/` (or the directory's own, if it has one)."""
     data = spec_data(**sections)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{data['name']}.yaml"
+    path = directory / (file or f"{data['name']}.yaml")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
-def make_spec(directory: Path, **sections: Any) -> Any:
-    """`load_spec(write_spec(directory, **sections))`."""
+def make_spec(directory: Path, *, file: str | None = None, **sections: Any) -> Any:
+    """`load_spec(write_spec(directory, file=file, **sections))`."""
     from spec_sweep.spec_load import load_spec
 
-    return load_spec(write_spec(directory, **sections))
+    return load_spec(write_spec(directory, file=file, **sections))
 
 
 def free_port() -> int:

@@ -1,17 +1,17 @@
 """Optuna samplers for a sweep, failure-aware, the screening design, and dry-run proposals.
 
-This module owns how configurations are proposed. `make_sampler` builds the spec's sampler
-(TPE by default, random or grid), seeded. Optuna's TPE ignores FAIL trials entirely, so a failed
-server boot would teach it nothing; `FailureAwareTPESampler` lets TPE see FAIL trials that carry
-a violated constraint (`Trial.set_constraint`) as infeasible observations (TPE puts them on the
-"bad" side of its density split) and, because that alone barely steers TPE (the bad side also
-holds every slow configuration), multiplies TPE's acquisition by the probability that a
-candidate runs, from a `FailureModel`: the values, or pairs of values, of failed trials that no
-trial that ran ever had are the likely causes. `screening_design` is the start of a TPE sweep:
-one-factor-at-a-time changes of the baseline, in seeded random order, which replace TPE's random
-start-up trials (near the known-good baseline they fail far less often, and each one tells which
-value of which knob fails or helps); `neighbors` is the local step a sweep takes when the model
-proposes what was already measured. `benchmarks/search_efficiency.py` measures all of it.
+This module owns how configurations are proposed. `make_sampler` builds the spec's sampler (TPE by
+default, random or grid), seeded. Optuna's TPE ignores FAIL trials entirely, so a failed server boot
+would teach it nothing; `FailureAwareTPESampler` (in `tpe`, with every use of Optuna's private API)
+lets TPE see FAIL trials that carry a violated constraint (`Trial.set_constraint`) as infeasible
+observations (TPE puts them on the "bad" side of its density split) and, because that alone barely
+steers TPE (the bad side also holds every slow configuration), multiplies TPE's acquisition by the
+probability that a candidate runs, from a `FailureModel`: the values, or pairs of values, of failed
+trials that no trial that ran ever had are the likely causes. `screening_design` is the start of a
+TPE sweep: one-factor-at-a-time changes of the baseline, in seeded random order, which replace TPE's
+random start-up trials (near the known-good baseline they fail far less often, and each one tells
+which value of which knob fails or helps); `neighbors` is the local step a sweep takes when the
+model proposes what was already measured. `benchmarks/search_efficiency.py` measures all of it.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import csv
 import html
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import DROP, make_spec
 
 from spec_sweep.backends import SimBackend
 from spec_sweep.cli import main
@@ -26,42 +26,11 @@ from spec_sweep.report import build_report
 from spec_sweep.search.driver import sweep
 from spec_sweep.space import build_command, normalize_config
 from spec_sweep.spec import SweepSpec, parse_value
-from spec_sweep.spec_load import load_spec
 from spec_sweep.tracking import Tracker, TrialRecord
 
 PCIE = "rtx-pro-6000-pcie-x8"
 H200 = "h200-nvlink-x8"
 MODELS = {PCIE: "moonshotai/Kimi-K2.5", H200: "deepseek-ai/DeepSeek-V3"}
-
-SWEEP = """\
-name: report-{profile}
-description: report integration test on {profile}
-node:
-  backend: sglang
-  model: {model}
-  draft_model: eagle3-draft
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8, trust-remote-code: true, cuda-graph-max-bs: 128}}
-  boot_timeout_s: 120
-  request_timeout_s: 60
-  sim_profile: {profile}
-search_space:
-  params:
-    speculative-algorithm: {{choices: [null, EAGLE3]}}
-    enable-flashinfer-allreduce-fusion:
-      choices: [false, true]
-      default: false
-      when: {{speculative-algorithm: null}}
-    speculative-num-steps: {{int: [1, 5], default: 3, when: {{speculative-algorithm: EAGLE3}}}}
-    speculative-eagle-topk: {{choices: [1], default: 1, when: {{speculative-algorithm: EAGLE3}}}}
-baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: 32, num_prompts: 2, concurrency: 1,
-           warmup_prompts: 0, seed: 0}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: 7, max_concurrent: 1, trial_timeout_s: 300}}
-searcher: {{kind: random, seed: 0}}
-"""
 
 
 @dataclass(frozen=True)
@@ -87,9 +56,37 @@ def swept(
     """A real 7-trial sweep against the simulated node of one hardware profile."""
     profile: str = request.param
     root = tmp_path_factory.mktemp(profile)
-    path = root / "sweep.yaml"
-    path.write_text(textwrap.dedent(SWEEP.format(profile=profile, model=MODELS[profile])))
-    spec = load_spec(path)
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    spec = make_spec(
+        root,
+        file="sweep.yaml",
+        name=f"report-{profile}",
+        description=f"report integration test on {profile}",
+        node={
+            "model": MODELS[profile],
+            "draft_model": "eagle3-draft",
+            "server_args": {"tp-size": 8, "trust-remote-code": True, "cuda-graph-max-bs": 128},
+            "boot_timeout_s": 120,
+            "request_timeout_s": 60,
+            "sim_profile": profile,
+        },
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "enable-flashinfer-allreduce-fusion": {
+                    "choices": [False, True],
+                    "default": False,
+                    "when": {"speculative-algorithm": None},
+                },
+                "speculative-num-steps": {"int": [1, 5], "default": 3, "when": eagle},
+                "speculative-eagle-topk": {"choices": [1], "default": 1, "when": eagle},
+            },
+        },
+        workload={"output_len": 32, "warmup_prompts": 0, "seed": 0},
+        budget={"trials": 7, "max_concurrent": 1, "trial_timeout_s": 300},
+        searcher={"kind": "random"},
+    )
     uri = f"sqlite:///{root}/mlflow.db"
     outcome = sweep(
         spec,

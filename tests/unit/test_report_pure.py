@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import csv
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import DROP, make_spec
 
 from spec_sweep.failures import FailureMode
 from spec_sweep.replay import export_columns, export_rows
@@ -15,46 +16,48 @@ from spec_sweep.report import build_report, diagnose_speculative, pareto_front
 from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import normalize_config
 from spec_sweep.spec import SweepSpec, metric_names, parse_value
-from spec_sweep.spec_load import load_spec
 from spec_sweep.tracking import TrialRecord
-
-SPEC = """\
-name: rep
-description: report unit test
-node:
-  backend: sglang
-  model: /models/target
-  draft_model: /models/draft
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {tp-size: 8}
-  env: {HF_TOKEN: hf_secret_value_123}
-search_space:
-  params:
-    speculative-algorithm: {choices: [null, EAGLE3]}
-    speculative-num-steps: {int: [1, 7], default: 3, when: {speculative-algorithm: EAGLE3}}
-    speculative-num-draft-tokens:
-      choices: [2, 4, 8]
-      default: 4
-      when: {speculative-algorithm: EAGLE3}
-    cuda-graph-max-bs: {choices: [128, 512], default: 512}
-    mem-fraction-static: {float: [0.7, 0.92], step: 0.01, default: 0.88}
-    disable-custom-all-reduce: {choices: [false, true], default: false}
-baseline: {speculative-algorithm: null}
-workload: {dataset: builtin, output_len: 32, num_prompts: 2, concurrency: CONCURRENCY}
-objective: {metric: OBJECTIVE, mode: max}
-budget: {trials: 10, max_concurrent: 1}
-searcher: {kind: tpe, seed: 0}
-"""
 
 
 def _spec(
     tmp_path: Path, *, concurrency: str = "1", objective: str = "output_throughput"
 ) -> SweepSpec:
-    path = tmp_path / "rep.yaml"
-    text = SPEC.replace("CONCURRENCY", concurrency).replace("OBJECTIVE", objective)
-    path.write_text(textwrap.dedent(text))
-    return load_spec(path)
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    return make_spec(
+        tmp_path,
+        name="rep",
+        description="report unit test",
+        node={
+            "model": "/models/target",
+            "draft_model": "/models/draft",
+            "env": {"HF_TOKEN": "hf_secret_value_123"},
+            "boot_timeout_s": DROP,
+            "request_timeout_s": DROP,
+            "sim_profile": DROP,
+        },
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "speculative-num-steps": {"int": [1, 7], "default": 3, "when": eagle},
+                "speculative-num-draft-tokens": {
+                    "choices": [2, 4, 8],
+                    "default": 4,
+                    "when": eagle,
+                },
+                "cuda-graph-max-bs": {"choices": [128, 512], "default": 512},
+                "mem-fraction-static": {"float": [0.7, 0.92], "step": 0.01, "default": 0.88},
+                "disable-custom-all-reduce": {"choices": [False, True], "default": False},
+            },
+        },
+        workload={
+            "output_len": 32,
+            "concurrency": yaml.safe_load(concurrency),
+            "warmup_prompts": DROP,
+        },
+        objective={"metric": objective},
+        budget={"trials": 10, "max_concurrent": 1, "trial_timeout_s": DROP},
+    )
 
 
 _CLOCK = [1_000]
