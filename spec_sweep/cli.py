@@ -302,10 +302,12 @@ def _cmd_trial(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "failure_mode": result.failure_mode.value,
+                    "reason": result.reason,
                     "metrics": result.metrics,
                     "command": list(result.command),
                     "log_excerpt": result.log_excerpt,
                     "elapsed_s": result.elapsed_s,
+                    "trial_dir": str(trial_dir),
                 }
             )
         )
@@ -382,3 +384,7 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "ui": _cmd_ui,
     "validate": _cmd_validate,
 }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

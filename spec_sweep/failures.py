@@ -14,6 +14,7 @@ import signal
 from dataclasses import dataclass
 
 __all__ = [
+    "ENVIRONMENT_PATTERNS",
     "LOG_PATTERNS",
     "Classification",
     "FailureMode",
@@ -48,6 +49,9 @@ class FailureMode(enum.StrEnum):
     """The server answered, but requests failed."""
     NODE_LOST = "node_lost"
     """The node or its Ray worker went away; the trial is retried elsewhere."""
+    ENVIRONMENT = "environment"
+    """The node cannot start any server: an import error, no GPU visible, a driver too old for
+    the CUDA runtime, a missing model. Not the configuration's fault: the sweep stops."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +441,7 @@ _LABELS: dict[FailureMode, str] = {
     FailureMode.HANG: "hang",
     FailureMode.BENCH_ERROR: "bench error",
     FailureMode.NODE_LOST: "node lost",
+    FailureMode.ENVIRONMENT: "environment",
 }
 _CONTEXT_BEFORE = 8
 _CONTEXT_AFTER = 3
@@ -525,11 +530,71 @@ def _last_exception(lines: list[str]) -> int | None:
     return None
 
 
+# Lines that say the node cannot run a server at all, whatever its flags: decided only for a
+# server that never became ready (a caught, logged import error in a healthy boot is not one).
+# Texts: CPython's import system and `runpy` ("Error while finding module specification for
+# 'sglang.launch_server' (ModuleNotFoundError: No module named 'sglang')"); PyTorch
+# (torch/cuda/__init__.py `_lazy_init`: "No CUDA GPUs are available", "Found no NVIDIA driver on
+# your system", "The NVIDIA driver on your system is too old"); the CUDA runtime
+# (cudaErrorInsufficientDriver, cudaErrorNoDevice); the dynamic loader; huggingface_hub /
+# transformers for a model path that does not exist.
+ENVIRONMENT_PATTERNS: tuple[str, ...] = (
+    _PFX + r"(?:[A-Za-z_]\w*\.)*(?:ModuleNotFoundError|ImportError): ",
+    r"Error while finding module specification for '[^']+' \((?:ModuleNotFoundError|ImportError)",
+    r": No module named [\w.]+\s*$",
+    r"No CUDA GPUs are available",
+    r"Found no NVIDIA driver on your system",
+    r"The NVIDIA driver on your system is too old",
+    r"CUDA driver version is insufficient for CUDA runtime version",
+    r"no CUDA-capable device is detected",
+    r"cannot open shared object file: No such file or directory",
+    r"\bundefined symbol: ",
+    r"is not a local folder and is not a valid model identifier",
+    r"does not appear to have a file named config\.json",
+)
+_ENVIRONMENT = tuple(re.compile(p) for p in ENVIRONMENT_PATTERNS)
+_TRACEBACK_START = re.compile(_PFX + r"Traceback \(most recent call last\):")
+# Where SGLang builds and checks its arguments: `ServerArgs.__post_init__` in server_args.py,
+# and from 0.5.13 the hooks it calls in `sglang/srt/arg_groups/` (e.g. speculative_hook.py).
+_ARGUMENT_FRAMES = ("server_args.py", "/arg_groups/")
+
+
+def _environment_line(lines: list[str]) -> int | None:
+    """The first line saying the node cannot run any server, or None."""
+    for index, line in enumerate(lines):
+        if _NOT_FATAL.search(line):
+            continue
+        if any(pattern.search(line) for pattern in _ENVIRONMENT):
+            return index
+    return None
+
+
+def _traceback_frames(lines: list[str], index: int) -> list[str]:
+    """The files of the traceback that ends at line `index` (its last block only)."""
+    frames: list[str] = []
+    for back in range(index - 1, max(-1, index - 400), -1):
+        if _TRACEBACK_START.match(lines[back]):
+            break
+        frame = _FRAME.match(lines[back])
+        if frame is not None:
+            frames.append(frame.group(1))
+    return frames
+
+
+def _while_building_arguments(lines: list[str], index: int) -> bool:
+    """Whether the exception at `index` was raised while SGLang built its arguments."""
+    return any(
+        marker in frame for frame in _traceback_frames(lines, index) for marker in _ARGUMENT_FRAMES
+    )
+
+
 def _raised_from_known_file(lines: list[str]) -> tuple[int, FailureMode] | None:
     """The last exception raised from a file of `_RAISING_FILES`, with that file's mode."""
     for index in range(len(lines) - 1, -1, -1):
         if not _EXCEPTION_LINE.match(lines[index]):
             continue
+        if _while_building_arguments(lines, index):
+            return index, FailureMode.INVALID_ARGS
         frame = _innermost_frame(lines, index)
         if frame is None:
             continue
@@ -578,21 +643,24 @@ def classify(
     Rules, first match wins:
 
     1. ``node_lost`` -> ``node_lost``.
-    2. A fatal log line (``LOG_PATTERNS``, precedence = table order, then earliest line) decides
-       its mode, even if the process still runs; if that line is an exception raised from
-       SGLang's ``server_args.py`` (the traceback's innermost frame), the mode is
-       ``invalid_args``: the server rejected its arguments.
-    3. Any other exception raised from ``server_args.py`` (ServerArgs validation) ->
-       ``invalid_args``; from an all-reduce feature communicator (torch symmetric memory,
-       FlashInfer fusion, custom all-reduce) -> ``unsupported`` (``_RAISING_FILES``).
-    4. Exit code 2 with argparse's ``usage:`` text -> ``invalid_args``.
-    5. Not ready and the boot deadline passed -> ``startup_timeout``.
-    6. Not ready otherwise (exited before ready) -> ``crash``, naming the exit code or signal
+    2. Not ready, and a line says the node cannot run any server (``ENVIRONMENT_PATTERNS``: an
+       import error, no GPU, a driver too old, a missing model) -> ``environment``.
+    3. A fatal log line (``LOG_PATTERNS``, precedence = table order, then earliest line) decides
+       its mode, even if the process still runs; if that line ends a traceback that passes
+       through SGLang's argument construction (``server_args.py`` or ``arg_groups/``, at any
+       depth: checks moved into hooks that ``ServerArgs.__post_init__`` calls), the mode is
+       ``invalid_args``: the server rejected its arguments, deterministically.
+    4. Any other exception raised while building the arguments -> ``invalid_args``; from an
+       all-reduce feature communicator (torch symmetric memory, FlashInfer fusion, custom
+       all-reduce) -> ``unsupported`` (``_RAISING_FILES``).
+    5. Exit code 2 with argparse's ``usage:`` text -> ``invalid_args``.
+    6. Not ready and the boot deadline passed -> ``startup_timeout``.
+    7. Not ready otherwise (exited before ready) -> ``crash``, naming the exit code or signal
        (``-11`` -> SIGSEGV) and the last exception line if there is one.
-    7. Ready, and the process exited on its own during the benchmark -> ``crash``.
-    8. Ready and the benchmark hung -> ``hang``.
-    9. Ready and requests failed -> ``bench_error``.
-    10. Otherwise -> ``none``.
+    8. Ready, and the process exited on its own during the benchmark -> ``crash``.
+    9. Ready and the benchmark hung -> ``hang``.
+    10. Ready and requests failed -> ``bench_error``.
+    11. Otherwise -> ``none``.
 
     Args:
         log_text: The server's whole log (stdout and stderr).
@@ -614,6 +682,11 @@ def classify(
             FailureMode.NODE_LOST, "the node or its Ray worker went away; retry elsewhere", lines
         )
 
+    if not ready:
+        environment = _environment_line(lines)
+        if environment is not None:
+            return _decided(FailureMode.ENVIRONMENT, lines, environment)
+
     best: tuple[int, int] | None = None  # (pattern index, line index)
     for line_index, line in enumerate(lines):
         pattern_index = _match(line)
@@ -624,8 +697,7 @@ def classify(
     if best is not None:
         pattern_index, line_index = best
         mode = LOG_PATTERNS[pattern_index].mode
-        frame = _innermost_frame(lines, line_index)
-        if frame is not None and frame.endswith(_SERVER_ARGS_FILE):
+        if mode is not FailureMode.INVALID_ARGS and _while_building_arguments(lines, line_index):
             mode = FailureMode.INVALID_ARGS
         return _decided(mode, lines, line_index)
 

@@ -10,6 +10,7 @@ NVML failure is a ``TrialError``. NVML is initialised once per process and never
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -152,9 +153,52 @@ def _device_count() -> int:
     return int(_call(pynvml.nvmlDeviceGetCount))
 
 
+def visible_indices(count: int, cuda_visible: str | None) -> list[int]:
+    """NVML indices of the GPUs a process may use, from `CUDA_VISIBLE_DEVICES`.
+
+    The node's GPUs are the ones its servers can see: unset means all of them; otherwise the
+    variable lists indices or `GPU-...` UUIDs (CUDA stops at the first entry it cannot parse, and
+    so does this). Index order is NVML's (PCI bus order), which is CUDA's on a node of one GPU
+    model; UUIDs are exact.
+
+    Args:
+        count: NVML's device count.
+        cuda_visible: The variable's value, or None when unset.
+    """
+    if cuda_visible is None:
+        return list(range(count))
+    uuids: dict[str, int] = {}
+    chosen: list[int] = []
+    for entry in (e.strip() for e in cuda_visible.split(",")):
+        if entry.isdigit():
+            index = int(entry)
+            if index >= count:
+                break
+        elif entry.startswith(("GPU-", "MIG-")):
+            if not uuids:
+                uuids = {
+                    _text(
+                        _call(pynvml.nvmlDeviceGetUUID, _call(pynvml.nvmlDeviceGetHandleByIndex, i))
+                    ): i
+                    for i in range(count)
+                }
+            match = [i for uuid, i in uuids.items() if uuid.startswith(entry)]
+            if len(match) != 1:
+                break
+            index = match[0]
+        else:
+            break
+        if index not in chosen:
+            chosen.append(index)
+    return chosen
+
+
 def _handles(indices: Sequence[int] | None) -> list[tuple[int, Any]]:
     count = _device_count()
-    wanted = range(count) if indices is None else [i for i in indices if 0 <= i < count]
+    if indices is None:
+        wanted: Sequence[int] = visible_indices(count, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        wanted = [i for i in indices if 0 <= i < count]
     return [(i, _call(pynvml.nvmlDeviceGetHandleByIndex, i)) for i in wanted]
 
 
@@ -308,6 +352,10 @@ class PeakMemorySampler:
 
     A sample is also taken on entry and on exit. If NVML fails while sampling (a GPU lost), the
     thread stops and the peaks seen so far remain.
+
+    NVML's "used" is never 0 on an idle GPU: the driver reserves some memory (about 0.6 GiB on an
+    H200) that no process holds. The entry sample is kept as each GPU's idle level, and
+    ``peak_gib`` is the peak *above* it, so a server that never touched the GPU reads 0.
     """
 
     def __init__(self, indices: Sequence[int] | None = None, *, interval_s: float = 0.5) -> None:
@@ -320,6 +368,7 @@ class PeakMemorySampler:
         self._indices = indices
         self._interval_s = interval_s
         self._peaks: dict[int, float] = {}
+        self._idle: dict[int, float] = {}
         self._peaks_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -332,10 +381,19 @@ class PeakMemorySampler:
             return dict(self._peaks)
 
     @property
+    def idle_per_gpu(self) -> dict[int, float]:
+        """Used memory in GiB per GPU index at entry, before the block ran."""
+        with self._peaks_lock:
+            return dict(self._idle)
+
+    @property
     def peak_gib(self) -> float | None:
-        """The largest per-GPU peak in GiB, or None without GPUs."""
+        """The largest per-GPU peak above that GPU's idle level at entry, in GiB (None: no GPUs)."""
         peaks = self.peak_per_gpu
-        return max(peaks.values()) if peaks else None
+        idle = self.idle_per_gpu
+        if not peaks:
+            return None
+        return max(max(0.0, peak - idle.get(index, 0.0)) for index, peak in peaks.items())
 
     def _sample(self) -> None:
         for index, handle in self._handles:
@@ -355,6 +413,8 @@ class PeakMemorySampler:
         self._handles = _handles(self._indices)
         if self._handles:
             self._sample()
+            with self._peaks_lock:
+                self._idle = dict(self._peaks)
             self._stop.clear()
             self._thread = threading.Thread(
                 target=self._run, name="spec_sweep-gpu-sampler", daemon=True

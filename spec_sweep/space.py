@@ -20,6 +20,9 @@ from typing import Any, Protocol
 
 from spec_sweep.spec import ParamSpec, Scalar, SweepSpec
 
+# Speculative algorithms that draft without a model (NGRAM looks tokens up in the context).
+_NO_DRAFT_MODEL = frozenset({"NGRAM", "LOOKAHEAD"})
+
 __all__ = [
     "Config",
     "SearchSpace",
@@ -273,9 +276,8 @@ def build_command(
         argv += _flag_tokens(key, value)
     env = {k: render_value(v) for k, v in node.env.items() if v is not None}
     flags = {k: v for k, v in config.items() if not k.startswith("env.")}
-    if node.draft_model and flags.get(
-        "speculative-algorithm", node.server_args.get("speculative-algorithm")
-    ):
+    algorithm = flags.get("speculative-algorithm", node.server_args.get("speculative-algorithm"))
+    if node.draft_model and algorithm and str(algorithm).upper() not in _NO_DRAFT_MODEL:
         argv += ["--speculative-draft-model-path", node.draft_model]
     for key, value in flags.items():
         argv += _flag_tokens(key, value)

@@ -23,8 +23,9 @@ from spec_sweep import gpu
 from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.metrics import bench_metrics
+from spec_sweep.ports import choose_server_port
 from spec_sweep.procs import group_pids
-from spec_sweep.server import ServerProcess, free_port, launch_server
+from spec_sweep.server import ServerProcess, launch_server
 from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
 
@@ -131,7 +132,7 @@ def run_trial(
     if use_gpus:
         gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s))
 
-    port = free_port(_HOST)
+    port = choose_server_port(_HOST)
     command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
     (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(

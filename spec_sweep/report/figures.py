@@ -73,6 +73,7 @@ _MODE_STYLE: dict[FailureMode, tuple[str, str]] = {
     FailureMode.HANG: ("^", "#ff7f0e"),
     FailureMode.BENCH_ERROR: ("*", "#1f3a93"),
     FailureMode.NODE_LOST: ("h", "#aaaaaa"),
+    FailureMode.ENVIRONMENT: ("8", "#555555"),
 }
 
 

@@ -177,6 +177,14 @@ def _parse_faults(values: Sequence[str], parser: argparse.ArgumentParser) -> Fau
     return Faults(**kwargs)
 
 
+def _env_int(environ: Mapping[str, str], key: str) -> int | None:
+    value = environ.get(key)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _env_float(environ: Mapping[str, str], key: str, default: float) -> float:
     raw = environ.get(key)
     if raw is None or not raw.strip():
@@ -329,6 +337,8 @@ def parse_command_line(
         nccl_algo=environ.get("NCCL_ALGO"),
         seed=seed,
         decode_log_interval=flags.int_("decode-log-interval") or 40,
+        port=flags.int_("port") or 30000,
+        grpc_port_env=_env_int(environ, "SGLANG_GRPC_PORT"),
     )
     server_args = {k: v for k, v in vars(ns).items() if not k.startswith("sim_")}
     options = SimOptions(

@@ -68,6 +68,8 @@ class NodeConfig:
         disable_custom_all_reduce: ``--disable-custom-all-reduce``.
         torch_symm_mem: ``--enable-torch-symm-mem``.
         nccl_algo: The ``NCCL_ALGO`` environment variable, or None.
+        port: ``--port`` (SGLang derives its gRPC port from it).
+        grpc_port_env: The ``SGLANG_GRPC_PORT`` environment variable, or None.
         seed: Seed of every random choice of the simulator.
         decode_log_interval: SGLang's ``--decode-log-interval``.
     """
@@ -95,6 +97,8 @@ class NodeConfig:
     nccl_algo: str | None = None
     seed: int = 0
     decode_log_interval: int = 40
+    port: int = 30000
+    grpc_port_env: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +302,31 @@ def _oom(
     )
 
 
+def _check_ports(plan: NodePlan) -> Failure | None:
+    """SGLang's gRPC port rule, checked while it builds its arguments.
+
+    0.5.13 (`ServerArgs._handle_deprecated_args`) sets the gRPC port to `SGLANG_GRPC_PORT` or
+    `--port + 10000` on every launch and refuses one past 65535, so a port above 55535 kills the
+    boot. 0.5.23 (`arg_groups/serving_hook.py`) derives it only in gRPC mode, but still refuses
+    an out-of-range `SGLANG_GRPC_PORT`.
+    """
+    cfg = plan.config
+    if plan.flavor == "old":
+        grpc = cfg.grpc_port_env if cfg.grpc_port_env is not None else cfg.port + 10000
+        if not 1 <= grpc <= 65535:
+            return _main_failure(
+                (*texts.MAIN_POST_INIT_OLD[:-1], *texts.GRPC_PORT_OLD),
+                f"ValueError: SGLANG_GRPC_PORT ({grpc}) must be between 1 and 65535",
+            )
+    elif cfg.grpc_port_env is not None and not 1 <= cfg.grpc_port_env <= 65535:
+        return _main_failure(
+            (*texts.MAIN_RESOLVE, *texts.GRPC_PORT_NEW),
+            f"ValueError: --grpc-port / SGLANG_GRPC_PORT ({cfg.grpc_port_env}) must be between 1 "
+            "and 65535",
+        )
+    return None
+
+
 def _check_arguments(plan: NodePlan, profile: Profile) -> Failure | None:
     """Main-process checks of ServerArgs resolution (assertions, ValueErrors)."""
     cfg = plan.config
@@ -394,7 +423,7 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
     """
     hw, model, mem = profile.hardware, profile.model, profile.memory
     plan = NodePlan(config=config, flavor=config.flavor)
-    failure = _check_arguments(plan, profile) or _resolve_spec(plan, profile)
+    failure = _check_ports(plan) or _check_arguments(plan, profile) or _resolve_spec(plan, profile)
     if failure is not None:
         plan.failure = failure
         return plan

@@ -824,6 +824,14 @@ MAIN_POST_INIT_OLD: tuple[Frame, ...] = (
     ("<string>", 402, "__init__", ""),
     ("srt/server_args.py", 737, "__post_init__", "self._handle_moe_kernel_config()"),
 )
+# 0.5.13 server_args.py: __post_init__ line 926 calls _handle_deprecated_args, which raises at 1193.
+GRPC_PORT_OLD: tuple[Frame, ...] = (
+    ("srt/server_args.py", 926, "__post_init__", "self._handle_deprecated_args()"),
+    ("srt/server_args.py", 1193, "_handle_deprecated_args", "raise ValueError("),
+)
+GRPC_PORT_NEW: tuple[Frame, ...] = (
+    ("srt/arg_groups/serving_hook.py", 383, "handle_deprecated_args", "raise ValueError("),
+)
 A2A_OLD: tuple[Frame, ...] = (("srt/server_args.py", 3568, "_handle_a2a_moe", "assert ("),)
 A2A_RUNNER_OLD_FRAMES: tuple[Frame, ...] = (
     ("srt/server_args.py", 3586, "_handle_a2a_moe", "assert self.moe_runner_backend in ["),

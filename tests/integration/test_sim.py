@@ -384,3 +384,35 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_simulated_0_5_13_refuses_a_port_the_real_one_refuses() -> None:
+    """Real SGLang 0.5.13 died on `--port 58199` (gRPC port 68199); so does the simulated node,
+    and the classifier reads the refusal as the arguments' fault, raised while building them."""
+    from spec_sweep.failures import FailureMode, classify
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spec_sweep.sim",
+            "--model-path",
+            "m",
+            "--port",
+            "58199",
+            "--sim-sglang-version",
+            "0.5.13",
+            "--sim-profile",
+            "rtx-pro-6000-pcie-x8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SPEC_SWEEP_SIM_TIME_SCALE": "0"},
+        check=False,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 1
+    assert "ValueError: SGLANG_GRPC_PORT (68199) must be between 1 and 65535" in log
+    outcome = classify(log_text=log, exit_code=1, ready=False)
+    assert outcome.mode is FailureMode.INVALID_ARGS

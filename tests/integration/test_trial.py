@@ -531,7 +531,15 @@ def test_trial_command_prints_one_json_object_and_exits_0(
     assert done.returncode == 0, done.stderr[-3000:]
     payload = json.loads(done.stdout)  # exactly one JSON document on stdout
     assert isinstance(payload, dict)
-    assert set(payload) == {"failure_mode", "metrics", "command", "log_excerpt", "elapsed_s"}
+    assert set(payload) == {
+        "failure_mode",
+        "reason",
+        "metrics",
+        "command",
+        "log_excerpt",
+        "elapsed_s",
+        "trial_dir",
+    }
     assert payload["failure_mode"] == expected
     assert payload["elapsed_s"] > 0
     assert payload["command"][:3] == ["python", "-m", "spec_sweep.sim"]

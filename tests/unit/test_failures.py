@@ -649,6 +649,7 @@ def test_failure_mode_values() -> None:
         "hang",
         "bench_error",
         "node_lost",
+        "environment",
     ]
     assert FailureMode("oom") is FailureMode.OOM
     assert f"{FailureMode.INVALID_ARGS}" == "invalid_args"
@@ -678,3 +679,76 @@ def test_exception_raised_by_an_all_reduce_feature_module_is_unsupported() -> No
     outcome = classify(log_text=log, exit_code=-9, ready=False)
     assert outcome.mode is FailureMode.UNSUPPORTED
     assert "KeyError: 12" in outcome.reason
+
+
+# ------------------------------------------------------------ environment and stack context
+_HOOK_TRACEBACK = """\
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/site/sglang/launch_server.py", line 60, in <module>
+    server_args = prepare_server_args(sys.argv[1:])
+  File "/site/sglang/srt/server_args.py", line 7811, in prepare_server_args
+    return ServerArgs.from_cli_args(raw_args)
+  File "<string>", line 402, in __init__
+  File "/site/sglang/srt/server_args.py", line 1017, in __post_init__
+    handle_speculative_decoding(self)
+  File "/site/sglang/srt/arg_groups/speculative_hook.py", line 341, in _handle_eagle_family
+    assert (
+{exception}
+"""
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "AssertionError",
+        "ValueError: speculative_eagle_topk(10) > 1 with page_size(16) > 1 is unstable and "
+        "produces incorrect results for paged attention backends.",
+        "RuntimeError: some check nobody wrote a pattern for",
+    ],
+)
+def test_rejection_raised_while_building_arguments_is_invalid_args(exception: str) -> None:
+    log = _HOOK_TRACEBACK.format(exception=exception)
+    result = classify(log_text=log, exit_code=1, ready=False)
+    assert result.mode is FailureMode.INVALID_ARGS, result
+    assert exception.split(":")[0] in result.reason
+
+
+def test_assertion_outside_argument_construction_stays_assertion() -> None:
+    log = """\
+Traceback (most recent call last):
+  File "/site/sglang/srt/managers/scheduler.py", line 2710, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)
+  File "/site/sglang/srt/layers/moe/ep_moe/layer.py", line 88, in __init__
+    assert self.num_experts % self.ep_size == 0
+AssertionError
+"""
+    assert classify(log_text=log, exit_code=1, ready=False).mode is FailureMode.ASSERTION
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "ModuleNotFoundError: No module named 'jsonschema'",
+        "/usr/bin/python3: Error while finding module specification for 'sglang.launch_server' "
+        "(ModuleNotFoundError: No module named 'sglang')",
+        "RuntimeError: No CUDA GPUs are available",
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an "
+        "NVIDIA GPU and installed a driver",
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040).",
+        "ImportError: libcuda.so.1: cannot open shared object file: No such file or directory",
+        "OSError: /no/such/model is not a local folder and is not a valid model identifier listed "
+        "on 'https://huggingface.co/models'",
+    ],
+)
+def test_node_that_cannot_run_any_server_is_environment(line: str) -> None:
+    log = f'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n{line}\n'
+    result = classify(log_text=log, exit_code=1, ready=False)
+    assert result.mode is FailureMode.ENVIRONMENT, result
+    assert line[:30] in result.excerpt
+
+
+def test_import_error_in_a_server_that_got_ready_is_not_environment() -> None:
+    # A caught, logged import error of an optional backend in a healthy boot.
+    log = "ImportError: cannot import name 'x' from 'optional_backend'\nThe server is fired up"
+    assert classify(log_text=log, exit_code=None, ready=True).mode is FailureMode.NONE

@@ -76,3 +76,14 @@ def test_busy_error_survives_pickling() -> None:
     assert isinstance(copy, GpuBusyError)
     assert str(copy) == str(error)
     assert copy.pids == (7,)
+
+
+def test_visible_indices_follow_cuda_visible_devices() -> None:
+    from spec_sweep.gpu import visible_indices
+
+    assert visible_indices(8, None) == list(range(8))
+    assert visible_indices(8, "") == []
+    assert visible_indices(8, "3,1") == [3, 1]
+    assert visible_indices(2, "1,5,0") == [1]  # CUDA stops at the first invalid entry
+    assert visible_indices(4, "0,0,2") == [0, 2]
+    assert visible_indices(4, "-1,2") == []

@@ -286,3 +286,19 @@ def test_parse_command_line_rejects_like_argparse(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         parse_command_line(["--model-path", "m", "--sim-fault", "explode"], {})
     assert "argument --sim-fault: invalid choice: 'explode'" in capsys.readouterr().err
+
+
+def test_sglang_0_5_13_refuses_a_port_whose_grpc_port_is_out_of_range() -> None:
+    # A real 0.5.13 boot with --port 58199 died with exactly this line (gRPC port = port + 10000).
+    old = plan_node(load_profile("rtx-pro-6000-pcie-x8"), _cfg_port("old", 58199))
+    assert old.failure is not None
+    assert old.failure.where == "main"
+    assert "ValueError: SGLANG_GRPC_PORT (68199) must be between 1 and 65535" in old.failure.text
+    assert "_handle_deprecated_args" in old.failure.text
+    assert plan_node(load_profile("rtx-pro-6000-pcie-x8"), _cfg_port("old", 55535)).failure is None
+    # 0.5.23 derives it only in gRPC mode: an HTTP server on a high port boots.
+    assert plan_node(load_profile("rtx-pro-6000-pcie-x8"), _cfg_port("new", 58199)).failure is None
+
+
+def _cfg_port(flavor: str, port: int) -> NodeConfig:
+    return NodeConfig(flavor=flavor, model_path="m", tp_size=8, port=port)  # type: ignore[arg-type]

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run the real-SGLang matrix (tests/real) on a GPU node, from the repository root.
+#
+# With two or more GPUs, the one-GPU tests run in two lanes at once (CUDA_VISIBLE_DEVICES=0 and
+# =1; the GPU guard and memory sampler follow that variable), then the two-GPU tests. Results and
+# server logs go to $SPEC_SWEEP_REAL_OUT (default /tmp/spec_sweep-real); each lane's pytest output
+# to lane-*.log there. SGLang must import (pip install -e ".[sglang]", or the offline bundle:
+# scripts/gpu_bundle.py).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export SPEC_SWEEP_REAL_OUT="${SPEC_SWEEP_REAL_OUT:-/tmp/spec_sweep-real}"
+export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+py="${PYTHON:-python3}"
+mkdir -p "$SPEC_SWEEP_REAL_OUT"
+"$py" scripts/make_dummy_model.py .models/llama-1b --eagle3
+gpus=$(nvidia-smi -L | grep -c '^GPU')
+run() {  # lane name, pytest -k expression, CUDA_VISIBLE_DEVICES ("" = all)
+  local log="$SPEC_SWEEP_REAL_OUT/lane-$1.log"
+  if [ -n "$3" ]; then export CUDA_VISIBLE_DEVICES="$3"; else unset CUDA_VISIBLE_DEVICES; fi
+  "$py" -m pytest -p no:cacheprovider -q -rA tests/real -k "$2" >"$log" 2>&1
+  echo "lane $1: exit $? ($(tail -1 "$log"))"
+}
+if [ "$gpus" -ge 2 ]; then
+  run gpu0 "baseline or variations or oom or ngram" 0 &
+  run gpu1 "rejected or eagle3 or sweep" 1 &
+  wait
+  run tp2 "tp2" ""
+else
+  run gpu0 "not tp2" ""
+fi

@@ -1,0 +1,140 @@
+"""Real SGLang, one configuration at a time: what our trial path measures and how it classifies.
+
+Each test is one or a few real server boots (50-140 s each on an H200 with SGLang 0.5.13; the first
+boot also JIT-compiles Triton kernels). Run them all with `pytest tests/real` on a GPU node that
+has SGLang (see README "Real GPUs"); the two-GPU tests skip on a one-GPU node.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+from real_harness import run_trial_cli
+
+# SGLang's scheduler prints one line per decode log interval, e.g.
+# "Decode batch, #running-req: 1, #token: 1090, token usage: 0.00, cuda graph: True,
+#  gen throughput (token/s): 812.34, #queue-req: 0" (0.5.13: scheduler_metrics_mixin.py).
+_DECODE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+)")
+_ACCEPT = re.compile(r"accept len: ([\d.]+)")
+
+
+def _server_decode_speed(log: str, running: int) -> float | None:
+    speeds = [float(m.group(2)) for m in _DECODE.finditer(log) if int(m.group(1)) == running]
+    speeds = [s for s in speeds if s > 0]
+    return statistics.median(speeds) if speeds else None
+
+
+def _ok(result: dict[str, Any]) -> None:
+    assert result["failure_mode"] == "none", (
+        f"{result['name']}: {result['failure_mode']}: {result['reason']}\n{result['log_excerpt']}"
+    )
+
+
+def test_baseline_three_boots(model: Path, out_dir: Path) -> None:
+    """Three fresh boots of the baseline: all measured; our c1 speed agrees with SGLang's log."""
+    speeds = []
+    for boot in range(3):
+        result = run_trial_cli(f"baseline-{boot}", {}, out_dir)
+        _ok(result)
+        metrics = result["metrics"]
+        assert metrics["output_throughput_c1"] > 0
+        assert metrics["gpu_mem_peak_gib"] > 1.0
+        server = _server_decode_speed(result["server_log"], running=1)
+        if server is not None:
+            # Our figure includes prefill and the gaps between requests; SGLang's decode log does
+            # not, so ours may only be lower, and by little at 64 output tokens.
+            ratio = metrics["output_throughput_c1"] / server
+            print(f"boot {boot}: ours {metrics['output_throughput_c1']:.1f}, SGLang {server:.1f}")
+            assert 0.6 < ratio < 1.1
+        speeds.append(metrics["output_throughput_c1"])
+    print(f"baseline c1 over 3 boots: {speeds}")
+
+
+@pytest.mark.parametrize(
+    ("name", "sets"),
+    [
+        ("cgbs-8", {"cuda-graph-max-bs": 8}),
+        ("cgbs-32", {"cuda-graph-max-bs": 32}),
+        ("mem-0.6", {"mem-fraction-static": 0.6}),
+    ],
+)
+def test_memory_and_graph_variations(
+    name: str, sets: dict[str, Any], model: Path, out_dir: Path
+) -> None:
+    _ok(run_trial_cli(name, sets, out_dir))
+
+
+@pytest.mark.parametrize(("name", "fraction"), [("oom-high", 0.995), ("oom-low", 0.001)])
+def test_oom_at_both_ends(name: str, fraction: float, model: Path, out_dir: Path) -> None:
+    """Too much static memory leaves nothing for activations and graphs; too little, no KV cache."""
+    result = run_trial_cli(name, {"mem-fraction-static": fraction}, out_dir)
+    assert result["failure_mode"] == "oom", f"{result['reason']}\n{result['log_excerpt']}"
+    assert "gpu_mem_peak_gib" not in result["metrics"] or result["metrics"]["gpu_mem_peak_gib"] >= 0
+
+
+def test_rejected_speculative_combination(model: Path, out_dir: Path) -> None:
+    """NGRAM (tree breadth 10) with a page size > 1 on a backend other than FlashInfer is refused
+    while SGLang 0.5.13 builds its arguments (`arg_groups/speculative_hook.py`)."""
+    result = run_trial_cli(
+        "reject-ngram-page", {"speculative-algorithm": "NGRAM", "page-size": 16}, out_dir
+    )
+    assert result["failure_mode"] == "invalid_args", f"{result['reason']}\n{result['log_excerpt']}"
+    # Refused before any GPU work: nothing to measure.
+    assert result["metrics"].get("gpu_mem_peak_gib", 0.0) < 0.05
+
+
+@pytest.mark.parametrize("draft_tokens", [2, 4, 8])
+def test_ngram_accept_length_matches_the_server(
+    draft_tokens: int, model: Path, out_dir: Path
+) -> None:
+    result = run_trial_cli(
+        f"ngram-d{draft_tokens}",
+        {"speculative-algorithm": "NGRAM", "speculative-num-draft-tokens": draft_tokens},
+        out_dir,
+    )
+    _ok(result)
+    ours = result["metrics"].get("accept_length_c1")
+    server = result["bench"]["levels"][0]["server_accept_length"]
+    print(f"NGRAM d{draft_tokens}: ours {ours}, server {server}")
+    assert ours is not None
+    assert 1.0 <= ours <= draft_tokens
+    if server:
+        assert abs(ours - server) / server < 0.05
+
+
+def test_eagle3_path_starts(model: Path, out_dir: Path) -> None:
+    """EAGLE-3 with a dummy one-layer draft: boots, serves, reports an accept length."""
+    result = run_trial_cli(
+        "eagle3-s2-k1-d3",
+        {
+            "speculative-algorithm": "EAGLE3",
+            "speculative-num-steps": 2,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3,
+        },
+        out_dir,
+    )
+    _ok(result)
+    assert result["metrics"]["accept_length_c1"] >= 1.0
+
+
+@pytest.mark.parametrize(
+    ("algo", "no_custom"), [("Ring", False), ("Tree", False), ("Ring", True), ("Tree", True)]
+)
+def test_tp2_all_reduce_settings(
+    algo: str, no_custom: bool, gpus: int, model: Path, out_dir: Path
+) -> None:
+    """tp-size 2 on two GPUs with each NCCL algorithm, custom all-reduce on and off."""
+    if gpus < 2:
+        pytest.skip("needs two GPUs")
+    name = f"tp2-{algo.lower()}-{'nccl' if no_custom else 'custom'}"
+    result = run_trial_cli(
+        name,
+        {"tp-size": 2, "env.NCCL_ALGO": algo, "disable-custom-all-reduce": no_custom},
+        out_dir,
+    )
+    _ok(result)

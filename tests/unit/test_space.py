@@ -1,0 +1,25 @@
+"""Rendering a configuration into the server's command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spec_sweep.space import build_command, resolve_config
+from spec_sweep.spec_load import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_draft_model_only_for_algorithms_that_draft_with_a_model() -> None:
+    spec = load_spec(ROOT / "tests" / "real" / "matrix.yaml")
+    ngram = resolve_config(
+        spec, {"speculative-algorithm": "NGRAM", "speculative-num-draft-tokens": 4}, what="test"
+    )
+    argv = build_command(spec, ngram, port=20000, host="127.0.0.1").argv
+    assert "--speculative-draft-model-path" not in argv
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
+    eagle = resolve_config(spec, {"speculative-algorithm": "EAGLE3"}, what="test")
+    argv = build_command(spec, eagle, port=20000, host="127.0.0.1").argv
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == spec.node.draft_model
+    baseline = resolve_config(spec, dict(spec.baseline), what="test")
+    assert "--speculative-draft-model-path" not in build_command(spec, baseline, port=1).argv
