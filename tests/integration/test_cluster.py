@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from conftest import DROP, free_port, ray_port_args, wait_until, write_spec
+from harness import DROP, free_port, ray_port_args, wait_until, write_spec
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_spec
+from harness import make_spec
 from mlflow.tracking import MlflowClient
 
 from spec_sweep.backends import make_backend

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import DROP, make_spec
+from harness import DROP, make_spec
 
 from spec_sweep.backends import SimBackend
 from spec_sweep.cli import main

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DROP, make_spec
+from harness import DROP, make_spec
 from matplotlib import image as mpimg
 
 from spec_sweep.failures import FailureMode

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import conftest
+import harness
 import psutil
 import pytest
-from conftest import stop_ray_processes, wait_until
+from harness import stop_ray_processes, wait_until
 from mlflow.tracking import MlflowClient
 
 from spec_sweep.backends import SimBackend
@@ -125,7 +125,7 @@ def write_spec(
     env = {"SPEC_SWEEP_SIM_TIME_SCALE": str(time_scale), TAG_ENV: tag}
     if fault:
         env["SPEC_SWEEP_SIM_FAULT"] = fault
-    path = conftest.write_spec(
+    path = harness.write_spec(
         project / "sweeps",
         name=name,
         node={"env": env},

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, wait_until
+from harness import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8", "--trust-remote-code"]

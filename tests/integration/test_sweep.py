@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import conftest
+import harness
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -44,7 +44,7 @@ def make_spec(
     trials: int = 8,
     seed: int = 0,
 ) -> SweepSpec:
-    return conftest.make_spec(
+    return harness.make_spec(
         project / "sweeps",
         name=name,
         node={"env": {"HF_TOKEN": "hf_supersecretvalue"}, "sim_profile": profile},

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import make_spec
+from harness import make_spec
 
 from spec_sweep.backends import SimBackend
 from spec_sweep.errors import TrialError

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import wait_until
+from harness import wait_until
 
 from spec_sweep.procs import group_pids
 from spec_sweep.server import kill_recorded_servers

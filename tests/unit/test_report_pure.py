@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DROP, make_spec
+from harness import DROP, make_spec
 
 from spec_sweep.failures import FailureMode
 from spec_sweep.replay import export_columns, export_rows

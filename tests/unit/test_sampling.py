@@ -10,10 +10,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-import conftest
+import harness
 import optuna
 import pytest
-from conftest import DROP
+from harness import DROP
 from optuna.distributions import CategoricalDistribution
 from optuna.samplers import TPESampler
 from optuna.trial import FrozenTrial, TrialState
@@ -28,7 +28,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 def make_spec(tmp_path: Path, *, trials: int = 30, kind: str = "tpe", seed: int = 0) -> SweepSpec:
     eagle = {"speculative-algorithm": "EAGLE3"}
-    return conftest.make_spec(
+    return harness.make_spec(
         tmp_path,
         name=f"sampling-{kind}-{seed}-{trials}",
         search_space={
