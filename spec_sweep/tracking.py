@@ -330,6 +330,10 @@ class Tracker:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status="KILLED")
 
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a closed run RUNNING again (its attempt finished; its record is completed now)."""
+        self.client.update_run(run_id, status="RUNNING")
+
     def run_status(self, run_id: str) -> str | None:
         """A run's status (`RUNNING`, `FINISHED`, `KILLED`, ...), None if the store lacks it."""
         try:

@@ -8,8 +8,9 @@ configuration on the same node fingerprint is reused; otherwise the trial's MLfl
 opened, the backend runs the trial, and the outcome is **written to the trial folder
 (`result.json`) before anything is sent to the tracking store**. Recording then closes the
 child run FINISHED before the function returns to Tune (docs/design.md, "Resume"). If the store
-fails while recording, the trial is not lost and never runs again: the retry (Tune's, or a
-resumed sweep's) finds `result.json` and records it instead of launching the server.
+fails while recording (or the driver dies before the record is complete), the trial is not
+lost and never runs again: the retry (Tune's, or a resumed sweep's) finds `result.json` and
+records it under the attempt's own child run instead of launching the server.
 """
 
 from __future__ import annotations
@@ -88,9 +89,14 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
         out["time_record_s"] = time.monotonic() - t0
         return out
     saved = _saved_result(ctx, trial_id, cfg)
-    if saved is not None and tracker.run_status(saved[1]) == "RUNNING":
-        # Ran and saved, but recording failed: record it now (Tune's retry), never run it again.
-        return _finish(ctx, saved[1], saved[0], saved[2], t0=t0)
+    if saved is not None:
+        # It ran and its outcome was saved, but recording failed or the driver died before it
+        # could record: record it now under the attempt's own run, never run it again. (A
+        # resumed driver closed that run as KILLED; the attempt did finish, so it is reopened.)
+        result, run_id, folder = saved
+        if tracker.run_status(run_id) != "RUNNING":
+            tracker.reopen_run(run_id)
+        return _finish(ctx, run_id, result, folder, t0=t0)
     here = node_id()
     # Whatever an earlier attempt left on this node goes first (a trial holds the whole node).
     kill_recorded_servers(ctx.trials_dir, node_id=here)
@@ -117,9 +123,6 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
     run_id = tracker.start_trial(
         ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt, fingerprint=fingerprint
     )
-    if saved is not None:
-        # Ran and saved under a run a resumed driver closed: record the saved outcome.
-        return _finish(ctx, run_id, saved[0], saved[2], t0=t0)
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / _RUN_ID_NAME).write_text(run_id)
