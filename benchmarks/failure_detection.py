@@ -52,9 +52,11 @@ from typing import Any
 import httpx
 import yaml
 
-from spec_sweep.server import ServerProcess, free_port, stop_process_group
+from spec_sweep.procs import stop_process_group
+from spec_sweep.server import ServerProcess, free_port
 from spec_sweep.space import build_command, resolve_config
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 from spec_sweep.trial import run_trial
 
 SPEC_BOOT_TIMEOUT_S = 1800.0

@@ -5,8 +5,8 @@ Runs the same simulated configurations twice, with the simulator at its smallest
 
 * **plain loop**: a Python loop calling `spec_sweep.trial.run_trial` on each configuration
   (no Ray, no Optuna, no MLflow) — the reference;
-* **sweep**: `spec_sweep.search.sweep` (Ray Tune with actor reuse, the Optuna searcher, MLflow
-  child runs written by the trainable), on a local Ray cluster started beforehand.
+* **sweep**: `spec_sweep.search.driver.sweep` (Ray Tune with actor reuse, the Optuna
+  searcher, MLflow child runs written by the trainable), on a local Ray cluster started beforehand.
 
 Overhead per trial = (wall time - sum of the trials' own `run_trial` time) / trials. The sweep's
 overhead is then split into the MLflow record (the same `Tracker` calls the trainable makes,
@@ -61,8 +61,10 @@ def main() -> None:
 
     import ray
 
-    from spec_sweep.search import NODE_RESOURCE, sweep
-    from spec_sweep.spec import load_spec
+    from spec_sweep.backends import SimBackend
+    from spec_sweep.search.cluster import NODE_RESOURCE
+    from spec_sweep.search.driver import sweep
+    from spec_sweep.spec_load import load_spec
     from spec_sweep.trial import run_trial
 
     with tempfile.TemporaryDirectory(prefix="spec-sweep-overhead-") as tmp_name:
@@ -100,12 +102,12 @@ def main() -> None:
                 )
             )
             t0 = time.monotonic()
+            swept = load_spec(path)
             outcome = sweep(
-                load_spec(path),
-                simulate=True,
+                swept,
+                backend=SimBackend(swept, grace_s=2.0),
                 state_dir=tmp / "state",
                 tracking_uri=uri,
-                grace_s=2.0,
                 report=False,
             )
             wall = time.monotonic() - t0
@@ -156,7 +158,7 @@ def main() -> None:
         # The searcher's own work: ask + define-by-run + tell on the same sampler.
         import optuna
 
-        from spec_sweep.sampling import make_sampler
+        from spec_sweep.search.sampling import make_sampler
         from spec_sweep.space import SearchSpace
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)

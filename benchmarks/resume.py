@@ -173,7 +173,7 @@ def start_head(temp: Path) -> str:
 
 
 def stop_head(temp: Path) -> None:
-    from spec_sweep.server import kill_processes_matching
+    from spec_sweep.procs import kill_processes_matching
 
     kill_processes_matching(str(temp))
     shutil.rmtree(temp, ignore_errors=True)

@@ -12,9 +12,9 @@ trials ("> cap" when never), and the share of trials spent on failing configurat
 to that point and over the first `--budget` trials. Strategies:
 
 * **TPE, failure-aware** (the sweep's default) and **TPE, failures ignored**: exactly the sweep's
-  searcher, `spec_sweep.search.SweepSearcher` (`failure_aware=True` / `False`), driven without
-  Ray: the baseline first, the screening design, no repeated configuration, local steps. One
-  run per seed (`searcher.seed` = 0 .. seeds-1).
+  searcher, `spec_sweep.search.searcher.SweepSearcher` (`failure_aware=True` / `False`),
+  driven without Ray: the baseline first, the screening design, no repeated configuration,
+  local steps. One run per seed (`searcher.seed` = 0 .. seeds-1).
 * **random search**: `SweepSearcher` with `searcher.kind: random` (baseline first, then uniform
   draws over the define-by-run space, no repeats).
 * **SGLang auto_benchmark, tier 2**: the candidate plan of `python -m sglang.auto_benchmark`
@@ -64,7 +64,8 @@ import sim_grid  # noqa: E402
 
 from spec_sweep.failures import FailureMode  # noqa: E402
 from spec_sweep.replay import ReplayTable, load_replay  # noqa: E402
-from spec_sweep.search import SweepSearcher, constraint_violations  # noqa: E402
+from spec_sweep.search.objective import constraint_violations  # noqa: E402
+from spec_sweep.search.searcher import SweepSearcher  # noqa: E402
 from spec_sweep.space import (  # noqa: E402
     Config,
     baseline_config,
@@ -72,7 +73,8 @@ from spec_sweep.space import (  # noqa: E402
     normalize_config,
     ordered_keys,
 )
-from spec_sweep.spec import Scalar, SweepSpec, load_spec  # noqa: E402
+from spec_sweep.spec import Scalar, SweepSpec  # noqa: E402
+from spec_sweep.spec_load import load_spec  # noqa: E402
 
 GRIDS = {
     "pcie": ROOT / "benchmarks" / "grids" / "pcie.yaml",
@@ -229,12 +231,12 @@ def run_searcher(
     sign = 1.0 if spec.objective.mode == "max" else -1.0
     for i in range(cap):
         tune_id = f"tune{i}"
-        params = searcher.suggest(tune_id)
-        if not isinstance(params, dict):
+        proposal = searcher.suggest(tune_id)
+        if proposal is None:
             break  # the searcher ran out of configurations
-        config = {k: v for k, v in params.items() if not k.startswith("__spec_sweep")}
+        config = proposal.params
         mode, metrics = _trial(table, config)
-        searcher.on_trial_complete(tune_id, {"failure_mode": mode.value, **metrics})
+        searcher.complete(tune_id, {"failure_mode": mode.value, **metrics})
         run.failed.append(mode is not FailureMode.NONE)
         value = _value(spec, mode, metrics)
         if value is not None and (best is None or sign * value > sign * best):

@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from spec_sweep.manifest import load_manifest  # noqa: E402
 from spec_sweep.sim.cli import adapt_args  # noqa: E402
-from spec_sweep.sim.model import NodeConfig, PerfModel, SpecSettings, plan_node  # noqa: E402
+from spec_sweep.sim.model import NodeConfig, SpecSettings, plan_node  # noqa: E402
+from spec_sweep.sim.perf import PerfModel  # noqa: E402
 from spec_sweep.sim.profiles import Profile, load_profile  # noqa: E402
 
 READY = "The server is fired up and ready to roll!"

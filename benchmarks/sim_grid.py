@@ -1,4 +1,5 @@
-"""Export a full grid of configurations from the simulated node into a replay table (DESIGN 4.6).
+"""Export a full grid of configurations from the simulated node into a replay table (docs/design.md,
+"Replay table").
 
 For every configuration of a sweep spec whose parameters are all finite (choices, int ranges,
 float ranges with a step), this computes what a trial of that configuration would end with on the
@@ -15,7 +16,7 @@ the simulated server runs.
   (`spec_sweep.failures.classify`), so a failure gets the mode the real trial would record
   (e.g. an impossible draft tree, a `RuntimeError` in the draft capture, is `crash`).
 * A configuration that boots is measured as the trial's client would measure the spec's workload
-  (concurrency 1 only): the workload's own prompts (`spec_sweep.client.load_prompts`, warm-up
+  (concurrency 1 only): the workload's own prompts (`spec_sweep.prompts.load_prompts`, warm-up
   first) and their token counts as the server counts them; per request a prefill
   (`PerfModel.prefill_ms`) and then decode steps (`PerfModel.step_ms`) until `output_len`
   tokens, times the configuration's seeded per-boot factor (`PerfModel.boot_factor`; the
@@ -54,14 +55,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spec_sweep.client import load_prompts  # noqa: E402
 from spec_sweep.failures import FailureMode, classify  # noqa: E402
 from spec_sweep.manifest import load_manifest  # noqa: E402
 from spec_sweep.metrics import percentile  # noqa: E402
-from spec_sweep.report import export_columns, export_rows, write_csv  # noqa: E402
+from spec_sweep.prompts import load_prompts  # noqa: E402
+from spec_sweep.replay import export_columns, export_rows, write_csv  # noqa: E402
 from spec_sweep.sim import texts  # noqa: E402
 from spec_sweep.sim.cli import parse_command_line  # noqa: E402
-from spec_sweep.sim.model import AcceptSampler, NodePlan, PerfModel, plan_node  # noqa: E402
+from spec_sweep.sim.model import NodePlan, plan_node  # noqa: E402
+from spec_sweep.sim.perf import AcceptSampler, PerfModel  # noqa: E402
 from spec_sweep.sim.profiles import Profile, load_profile  # noqa: E402
 from spec_sweep.space import (  # noqa: E402
     Config,
@@ -71,7 +73,8 @@ from spec_sweep.space import (  # noqa: E402
     is_active,
     ordered_keys,
 )
-from spec_sweep.spec import SweepSpec, WorkloadSpec, load_spec  # noqa: E402
+from spec_sweep.spec import SweepSpec, WorkloadSpec  # noqa: E402
+from spec_sweep.spec_load import load_spec  # noqa: E402
 from spec_sweep.tracking import TrialRecord  # noqa: E402
 
 #: Start phases of the accept-length sampler averaged per request (its u_0 is seeded per request).
@@ -466,7 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`sim_grid.py SPEC.yaml OUT.csv [--validate N]`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", type=Path, help="sweep spec whose parameters are all finite")
-    parser.add_argument("out", type=Path, help="replay table to write (CSV, DESIGN 4.6)")
+    parser.add_argument(
+        "out", type=Path, help="replay table to write (CSV; docs/design.md, Replay table)"
+    )
     parser.add_argument(
         "--validate",
         type=int,

@@ -19,10 +19,10 @@ __all__ = [
 
 _EXPORTS = {
     "FailureMode": "spec_sweep.failures",
-    "SpecError": "spec_sweep.spec",
+    "SpecError": "spec_sweep.errors",
     "SweepSpec": "spec_sweep.spec",
     "build_command": "spec_sweep.space",
-    "load_spec": "spec_sweep.spec",
+    "load_spec": "spec_sweep.spec_load",
 }
 
 __version__ = "0.1.0"

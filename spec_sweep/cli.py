@@ -1,25 +1,34 @@
-"""`spec-sweep` / `python -m spec_sweep.run`: argument parsing, exit codes and dispatch.
+"""`spec-sweep` / `python -m spec_sweep.run`: argument parsing, handlers, exit codes.
 
-This module owns the command line of DESIGN 4.1. It parses arguments, loads the spec at the
-edge, dispatches to one handler per subcommand and turns errors into exit codes: 0 done
-(failed trials are results), 2 invalid spec or usage with nothing launched, 130 interrupted,
-1 anything else. Errors print as one line; `--debug` adds the traceback. Heavy libraries (Ray,
-MLflow) are imported only by the handlers that need them.
+This module owns the command line (docs/design.md, "Command line"). It parses arguments, loads
+the spec and chooses the trial backend at the edge (`backends.make_backend`: `--replay`, else
+`--simulate`, else the node's server), runs one handler per subcommand and turns errors into
+exit codes: 0 done (failed trials are results), 2 invalid spec or usage with nothing launched,
+130 interrupted, 1 anything else. Errors print as one line; `--debug` adds the traceback. Heavy
+libraries are imported only by the handlers that need them: only `run` imports Ray, so
+`validate`, `report` and `export` start without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from spec_sweep.failures import SpecSweepError
-from spec_sweep.spec import SpecError, SweepSpec, load_spec, parse_value
+from spec_sweep.errors import SpecError, SpecSweepError
+from spec_sweep.spec import Scalar, SweepSpec, parse_value
+from spec_sweep.spec_load import load_spec
+
+if TYPE_CHECKING:
+    from spec_sweep.backends import TrialBackend
+    from spec_sweep.trial import TrialResult
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -106,12 +115,14 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("sweep", metavar="SWEEP.yaml")
     report.add_argument("--tracking-uri", metavar="URI")
     report.add_argument("-o", "--output", metavar="DIR", help="where to write the report")
+    report.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     _add_common(report)
 
     export = sub.add_parser("export", help="write every trial as a replay table (CSV)")
     export.add_argument("sweep", metavar="SWEEP.yaml")
     export.add_argument("-o", "--output", metavar="FILE.csv", required=True)
     export.add_argument("--tracking-uri", metavar="URI")
+    export.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     _add_common(export)
 
     ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1 for the project's store")
@@ -186,20 +197,50 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _backend(spec: SweepSpec, args: argparse.Namespace) -> TrialBackend:
+    """The trial backend the options ask for (chosen here, once)."""
+    from spec_sweep.backends import make_backend
+
+    simulate = bool(args.simulate or args.replay)
+    # Simulator settings reach servers on every node, not only those that inherit this process.
+    sim_env = {k: v for k, v in os.environ.items() if k.startswith("SPEC_SWEEP_SIM_")}
+    return make_backend(
+        spec,
+        simulate=simulate,
+        replay=args.replay,
+        replay_noise=args.replay_noise,
+        sim_env=sim_env if simulate else None,
+    )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     spec = _load(args)
     if args.dry_run:
         return _dry_run(spec, args)
-    from spec_sweep.search import run_sweep  # heavy: Ray, MLflow
+    backend = _backend(spec, args)
+    from spec_sweep.progress import SweepProgress
+    from spec_sweep.search.driver import sweep  # heavy: Ray, MLflow
 
-    return run_sweep(spec, args)
+    progress = SweepProgress()
+    with progress:
+        outcome = sweep(
+            spec,
+            backend=backend,
+            fresh=args.fresh,
+            state_dir=args.state_dir,
+            tracking_uri=args.tracking_uri,
+            address=args.address,
+            progress=progress,
+        )
+    progress.summary(spec, outcome)
+    return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
 
 
 def _dry_run(spec: SweepSpec, args: argparse.Namespace) -> int:
-    from spec_sweep.sampling import propose
-    from spec_sweep.space import build_command
+    from spec_sweep.search.sampling import propose
 
     simulate = bool(args.simulate or args.replay)
+    backend = _backend(spec, args)
     searcher = spec.searcher
     _out.print(
         f"sweep {spec.name}: {spec.budget.trials} trials, {searcher.kind} search "
@@ -211,13 +252,13 @@ def _dry_run(spec: SweepSpec, args: argparse.Namespace) -> int:
         if repeat:
             title += " (repeats an earlier configuration: answered from the record, not launched)"
         _out.print(f"\n{title}: {json.dumps(config)}")
-        _out.print(f"  {build_command(spec, config, simulate=simulate).shell()}")
+        _out.print(f"  {backend.command(config).shell()}")
     _out.print("\n(each trial adds --host 127.0.0.1 --port <free port>; nothing was launched)")
     return EXIT_OK
 
 
-def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, object]:
-    values: dict[str, object] = {}
+def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, Scalar]:
+    values: dict[str, Scalar] = {}
     for item in sets:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -236,25 +277,97 @@ def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, object]:
 
 
 def _cmd_trial(args: argparse.Namespace) -> int:
+    """Run one configuration through the backend and print the outcome.
+
+    Returns 0 whenever the trial reached a classified outcome, failed or not.
+    """
     spec = _load(args)
     overrides = _parse_sets(spec, args.sets)
-    from spec_sweep.trial import trial_command
+    from spec_sweep.paths import manual_trial_dir
+    from spec_sweep.space import resolve_config
 
-    return trial_command(spec, overrides, args)
+    try:
+        config = resolve_config(spec, {**spec.baseline, **overrides}, what="--set values")
+    except ValueError as exc:
+        raise SpecError(f"--set: {exc}") from exc
+    backend = _backend(spec, args)
+    trial_dir = manual_trial_dir(spec)
+    result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name)
+    if args.tracking_uri or spec.tracking.uri:
+        from spec_sweep.tracking import log_single_trial
+
+        log_single_trial(spec, result, tracking_uri=args.tracking_uri)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "failure_mode": result.failure_mode.value,
+                    "reason": result.reason,
+                    "metrics": result.metrics,
+                    "command": list(result.command),
+                    "log_excerpt": result.log_excerpt,
+                    "elapsed_s": result.elapsed_s,
+                    "trial_dir": str(trial_dir),
+                }
+            )
+        )
+        return EXIT_OK
+    _print_result(result)
+    return EXIT_OK
+
+
+def _print_result(result: TrialResult) -> None:
+    from rich.table import Table
+
+    style = "green" if result.ok else "red"
+    _out.print(f"[{style}]failure_mode: {result.failure_mode.value}[/] ({result.reason})")
+    _out.print(f"config: {json.dumps(result.config)}")
+    if result.metrics:
+        table = Table("metric", "value", title="metrics")
+        for name, value in sorted(result.metrics.items()):
+            table.add_row(name, f"{value:.4g}")
+        _out.print(table)
+    if result.prompt_source:
+        _out.print(f"prompts: {result.prompt_source}")
+    if result.log_excerpt and not result.ok:
+        _out.print("log excerpt:")
+        _out.print(result.log_excerpt, markup=False)
+    _out.print(f"server log: {result.log_path}  ({result.elapsed_s:.1f} s)")
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    """Rebuild the report and log it to the sweep's parent run."""
     spec = _load(args)
-    from spec_sweep.report import report_command
+    from spec_sweep.report import locate_sweep, publish_report
 
-    return report_command(spec, args)
+    tracker, parent, state_path = locate_sweep(
+        spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
+    )
+    out_dir = Path(args.output) if args.output else state_path / "report"
+    result = publish_report(spec, tracker, parent, out_dir=out_dir)
+    best = result.best_trial_id or "none"
+    print(
+        f"report of {spec.name}: {result.html.resolve()} ({len(result.figures)} figures, best "
+        f"trial {best}); logged to MLflow run {parent} under 'report/'"
+    )
+    return EXIT_OK
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    """Write every finished trial as a row of a replay table."""
     spec = _load(args)
-    from spec_sweep.report import export_command
+    from spec_sweep.replay import export_columns, export_rows, write_csv
+    from spec_sweep.report import locate_sweep
+    from spec_sweep.search.objective import finished_in_order
 
-    return export_command(spec, args)
+    tracker, parent, _ = locate_sweep(
+        spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
+    )
+    rows = export_rows(spec, finished_in_order(tracker.trials(parent)))
+    path = Path(args.output)
+    count = write_csv(path, export_columns(spec), rows)
+    print(f"wrote {count} trials of {spec.name} to {path} (replay with --replay {path})")
+    return EXIT_OK
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:

@@ -1,10 +1,9 @@
-"""Trial outcomes and the errors of spec_sweep: this module owns the ``FailureMode`` enum
-(DESIGN 4.3), the table of fatal log-line patterns taken from the real message texts of SGLang,
-PyTorch, NCCL, FlashInfer, DeepEP and argparse (data, not code), the per-line check a log watcher
-runs on every line a server prints (``find_fatal``), the one classifier that turns a trial's log,
-exit status and readiness/benchmark outcome into exactly one ``Classification`` (``classify``),
-and the project's exception types (``SpecSweepError``, ``TrialError``). It is pure: standard
-library only, no I/O.
+"""How trials end: this module owns the ``FailureMode`` enum (docs/design.md, "Failure modes"), the
+table of fatal log-line patterns taken from the real message texts of SGLang, PyTorch, NCCL,
+FlashInfer, DeepEP and argparse (data, not code), the per-line check a log watcher runs on every
+line a server prints (``find_fatal``), the one classifier that turns a trial's log, exit status and
+readiness/benchmark outcome into exactly one ``Classification`` (``classify``). The exception types
+live in ``errors``. It is pure: standard library only, no I/O.
 """
 
 from __future__ import annotations
@@ -20,28 +19,13 @@ __all__ = [
     "Classification",
     "FailureMode",
     "LogPattern",
-    "SpecSweepError",
-    "TrialError",
     "classify",
     "find_fatal",
 ]
 
 
-class SpecSweepError(Exception):
-    """Base class of every error spec_sweep raises on purpose."""
-
-
-class TrialError(SpecSweepError):
-    """The trial infrastructure failed (not the configuration under test).
-
-    A configuration that makes the server fail is a *result* (a ``Classification``), never this
-    error; ``TrialError`` is for the machinery around it: a port that cannot be bound, a log file
-    that cannot be written, GPUs that never became free.
-    """
-
-
 class FailureMode(enum.StrEnum):
-    """How a trial ended (DESIGN 4.3); exactly one per trial."""
+    """How a trial ended (docs/design.md, "Failure modes"); exactly one per trial."""
 
     NONE = "none"
     """The trial finished and was measured."""

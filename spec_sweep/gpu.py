@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from spec_sweep.failures import SpecSweepError, TrialError
+from spec_sweep.errors import SpecSweepError, TrialError
 
 try:
     import pynvml

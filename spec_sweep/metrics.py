@@ -1,4 +1,4 @@
-"""Trial metrics from the client's per-request records (DESIGN 4.4).
+"""Trial metrics from the client's per-request records (docs/design.md, "MLflow layout").
 
 This module owns the arithmetic that turns a `BenchResult` into the level metrics of
 `spec.LEVEL_METRICS`: output and request throughput over each level's wall time, TTFT and ITL

@@ -1,8 +1,8 @@
 """Where spec_sweep keeps things on disk: sweep state, trial folders and the MLflow store.
 
-This module owns the default locations (DESIGN 4.4): everything lives under the directory the
-command runs from (the project root), as absolute paths, because Ray workers run in other
-working directories. Sweep state goes to `.spec_sweep/<sweep name>/`, the MLflow store to
+This module owns the default locations (docs/design.md, "MLflow layout"): everything lives under the
+directory the command runs from (the project root), as absolute paths, because Ray workers run in
+other working directories. Sweep state goes to `.spec_sweep/<sweep name>/`, the MLflow store to
 `mlruns/` (SQLite database `mlruns/mlflow.db`, artifacts in `mlruns/artifacts/`).
 """
 

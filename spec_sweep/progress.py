@@ -14,7 +14,8 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -22,14 +23,12 @@ from rich.table import Table
 from rich.text import Text
 
 from spec_sweep.failures import FailureMode
+from spec_sweep.search.objective import best_record, objective_value
 from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
+from spec_sweep.tracking import TrialRecord
 
-if TYPE_CHECKING:
-    from spec_sweep.search import SweepOutcome
-    from spec_sweep.tracking import TrialRecord
-
-__all__ = ["SweepProgress", "config_summary"]
+__all__ = ["SweepProgress", "SweepSummary", "config_summary"]
 
 _MAX_ROWS = 14
 
@@ -44,6 +43,30 @@ def config_summary(config: Mapping[str, Any], *, width: int = 60) -> str:
         parts.append(name if value is True else f"{name}={value}")
     text = " ".join(parts) or "(defaults)"
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class _State(Protocol):
+    @property
+    def path(self) -> Path: ...
+
+
+class SweepSummary(Protocol):
+    """What the end-of-run summary shows (the driver's `SweepOutcome` has all of it)."""
+
+    @property
+    def state(self) -> _State: ...
+    @property
+    def parent_run_id(self) -> str: ...
+    @property
+    def records(self) -> list[TrialRecord]: ...
+    @property
+    def interrupted(self) -> bool: ...
+    @property
+    def exhausted(self) -> bool: ...
+    @property
+    def report(self) -> Path | None: ...
+    @property
+    def report_error(self) -> str | None: ...
 
 
 @dataclass
@@ -203,10 +226,8 @@ class SweepProgress:
             )
         return table
 
-    def summary(self, spec: SweepSpec, outcome: SweepOutcome) -> None:
+    def summary(self, spec: SweepSpec, outcome: SweepSummary) -> None:
         """The end-of-run summary."""
-        from spec_sweep.search import best_record, objective_value
-
         console = self.console
         records = [r for r in outcome.records if r.finished]
         latest: dict[str, TrialRecord] = {}

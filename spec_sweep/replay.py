@@ -1,11 +1,13 @@
-"""The replay backend: trials answered from a recorded results table (DESIGN 4.6).
+"""The replay table: its format, writing it (`spec-sweep export`) and reading it (`--replay`).
 
-This module owns reading a replay table — one CSV row per measured configuration, one column
-per parameter key, then `output_throughput`, optional `accept_length` and other metric columns
-named as in DESIGN 4.4, and `failure_mode` — as `spec-sweep export` writes it, and answering a
-trial from it (`replay_trial`), so a replayed sweep flows through the same search, tracking and
-report code as a live one. A configuration missing from the table ends as a clear
-`invalid_args` failure naming it; `--replay-noise` multiplies recorded metrics by seeded noise.
+This module owns the replay table, both ways: `export_columns` / `export_rows` / `write_csv`
+write it from finished trials, `load_replay` reads it back, the same format (docs/design.md,
+"Replay table"): one CSV row per trial, one column per parameter key, then `output_throughput`,
+`accept_length` and the other metrics named as in the MLflow layout, and `failure_mode`.
+`replay_result` answers a trial from a table (the replay backend), so a replayed sweep flows
+through the same search, tracking and report code as a live one. A configuration missing from
+the table ends as a clear `invalid_args` failure naming it; `--replay-noise` multiplies
+recorded metrics by seeded noise.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from spec_sweep.errors import SpecError
 from spec_sweep.failures import FailureMode
 from spec_sweep.space import (
     Config,
@@ -29,12 +33,32 @@ from spec_sweep.space import (
     redact,
     secret_values,
 )
-from spec_sweep.spec import SpecError, SweepSpec, parse_value
+from spec_sweep.spec import SweepSpec, metric_names, parse_value
 
-__all__ = ["ReplayRow", "ReplayTable", "load_replay", "replay_result"]
+__all__ = [
+    "ReplayRow",
+    "ReplayTable",
+    "TableRecord",
+    "export_columns",
+    "export_rows",
+    "load_replay",
+    "replay_result",
+    "write_csv",
+]
 
 #: Metrics whose value does not scale with the node's speed (no noise is applied to them).
 _NO_NOISE = ("accept_length", "speedup_vs_baseline")
+
+
+class TableRecord(Protocol):
+    """What a replay-table row is written from (a finished `tracking.TrialRecord`)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def metrics(self) -> dict[str, float]: ...
+    @property
+    def failure_mode(self) -> FailureMode | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +111,10 @@ def load_replay(path: str | Path, spec: SweepSpec) -> ReplayTable:
                 "replay a table exported from a sweep over the same parameters"
             )
         if "failure_mode" not in columns:
-            raise SpecError(f"--replay {path}: no 'failure_mode' column (DESIGN 4.6 layout)")
+            raise SpecError(
+                f"--replay {path}: no 'failure_mode' column: write it as spec-sweep export "
+                "does (docs/design.md, Replay table)"
+            )
         metric_columns = [c for c in columns if c not in spec.params and c != "failure_mode"]
         rows: dict[str, ReplayRow] = {}
         duplicates = 0
@@ -194,3 +221,74 @@ def _with_noise(
         base = name.rsplit("_c", 1)[0] if "_c" in name else name
         out[name] = value if base in _NO_NOISE else value * max(0.0, rng.gauss(1.0, noise))
     return out
+
+
+def export_columns(spec: SweepSpec) -> list[str]:
+    """The replay-table header: parameter keys (spec order), metrics, `failure_mode`.
+
+    Metrics come as `output_throughput`, then `accept_length`, then the other metrics of the MLflow
+    layout in `spec.metric_names` order; with several concurrency levels each metric has one column
+    per level, suffixed `_c<N>` exactly as the MLflow runs name them.
+    """
+    names = metric_names(spec.workload)
+    first = [n for n in names if n.startswith("output_throughput")]
+    second = [n for n in names if n.startswith("accept_length")]
+    rest = [n for n in names if n not in first and n not in second]
+    return [*spec.params, *first, *second, *rest, "failure_mode"]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    return str(value)
+
+
+def export_rows(spec: SweepSpec, records: Iterable[TableRecord]) -> list[dict[str, str]]:
+    """Finished trials as replay-table rows, in the order given (one record per trial).
+
+    Cells are text that `spec.parse_value` (YAML scalars) reads back: booleans are `true` /
+    `false`; a parameter whose value is null (flag omitted) is `null`; a parameter that is
+    inactive in the trial (its `when:` does not hold) is an empty cell; a metric that was not
+    measured is an empty cell; floats are written in full (shortest round-trip form);
+    `failure_mode` is `none` for a measured trial.
+
+    Args:
+        spec: The sweep.
+        records: One finished record per trial (e.g. `objective.latest_finished(...)`).
+
+    Returns:
+        One dict per trial, keys in `export_columns(spec)` order.
+    """
+    columns = export_columns(spec)
+    params = set(spec.params)
+    rows = []
+    for record in records:
+        row: dict[str, str] = {}
+        for column in columns:
+            if column in params:
+                row[column] = _cell(record.config[column]) if column in record.config else ""
+            elif column == "failure_mode":
+                mode = record.failure_mode or FailureMode.CRASH
+                row[column] = mode.value
+            else:
+                value = record.metrics.get(column)
+                row[column] = _cell(float(value)) if value is not None else ""
+        rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, str]]) -> int:
+    """Write a replay table; returns the number of rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+            count += 1
+    return count

@@ -7,8 +7,8 @@ file, and writes the group id to a small JSON record so a later run can kill wha
 whatever happened to its parent. `ServerProcess.wait_ready` polls `/health_generate` and the
 process in one loop against a monotonic deadline while a `LogWatcher` thread follows the log:
 a fatal line (`failures.find_fatal`) ends the wait at once even if the process keeps running.
-`stop_process_group` sends SIGTERM to the group, SIGKILL after a grace period, and waits until
-no process of the group is left.
+Stopping goes through `procs.stop_process_group` (SIGTERM to the group, SIGKILL after a grace
+period, wait until no process of the group is left).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import httpx
 import psutil
 
 from spec_sweep.failures import LogPattern, find_fatal
+from spec_sweep.procs import group_pids, stop_process_group
 from spec_sweep.space import ServerCommand
 
 __all__ = [
@@ -40,11 +41,8 @@ __all__ = [
     "ReadyResult",
     "ServerProcess",
     "free_port",
-    "group_pids",
-    "kill_processes_matching",
     "kill_recorded_servers",
     "launch_server",
-    "stop_process_group",
 ]
 
 _PR_SET_PDEATHSIG = 1
@@ -328,61 +326,6 @@ def _create_time(pid: int) -> float | None:
         return None
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Live (non-zombie) processes whose process group is `pgid`."""
-    pids: list[int] = []
-    for proc in psutil.process_iter(["pid", "status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if os.getpgid(proc.info["pid"]) == pgid:
-                pids.append(proc.info["pid"])
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return pids
-
-
-def stop_process_group(
-    pgid: int,
-    *,
-    grace_s: float = 10.0,
-    leader: subprocess.Popen[bytes] | None = None,
-    wait_s: float = 10.0,
-) -> list[int]:
-    """SIGTERM the group, SIGKILL what is left after `grace_s`, wait until it is gone.
-
-    Returns:
-        PIDs still alive at the end (empty when the group is gone).
-    """
-
-    def reap() -> None:
-        if leader is not None:
-            leader.poll()
-
-    def signal_group(sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, sig)
-
-    if not group_pids(pgid):
-        reap()
-        return []
-    signal_group(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        reap()
-        if not group_pids(pgid):
-            return []
-        time.sleep(0.05)
-    signal_group(signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while True:
-        reap()
-        left = group_pids(pgid)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.05)
-
-
 def kill_recorded_servers(
     root: Path, *, grace_s: float = 5.0, node_id: str | None = None
 ) -> list[dict[str, Any]]:
@@ -413,33 +356,3 @@ def kill_recorded_servers(
         with contextlib.suppress(FileNotFoundError):
             record_path.unlink()
     return stopped
-
-
-def kill_processes_matching(text: str, *, grace_s: float = 5.0) -> list[int]:
-    """Stop every process whose command line contains `text` (and their children).
-
-    Used to stop what is left of a local Ray cluster whose driver was killed: its processes all
-    name the cluster's temp dir. This process and its parents are spared.
-
-    Returns:
-        The PIDs that were signalled.
-    """
-    me = psutil.Process()
-    spared = {me.pid, *(p.pid for p in me.parents())}
-    found: dict[int, psutil.Process] = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if proc.pid not in spared and text in " ".join(proc.info["cmdline"] or []):
-                found[proc.pid] = proc
-                for child in proc.children(recursive=True):
-                    if child.pid not in spared:
-                        found[child.pid] = child
-    for proc in found.values():
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(list(found.values()), timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
-    return sorted(found)

@@ -2,10 +2,10 @@
 
 This module owns two translations. `SearchSpace` turns the spec's parameters into an Optuna
 define-by-run function (categorical, int/float ranges with step and log, `when:` conditions
-evaluated in dependency order); it only calls the trial's `suggest_*` methods, so it needs no
-Optuna import and pickles with the searcher. `build_command` turns one configuration into the
-exact server command line and environment of DESIGN 4.2/4.5: `true` is a bare `--flag`,
-`false`/`null` omit it, `env.NAME` keys go to the environment.
+evaluated in dependency order); it only calls the trial's `suggest_*` methods, so it needs no Optuna
+import and pickles with the searcher. `build_command` turns one configuration into the exact server
+command line and environment of docs/design.md, "Spec format" and "Server launch": `true` is a bare
+`--flag`, `false`/`null` omit it, `env.NAME` keys go to the environment.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def build_command(
     host: str = "127.0.0.1",
     simulate: bool = False,
 ) -> ServerCommand:
-    """The server command of one trial (DESIGN 4.5).
+    """The server command of one trial (docs/design.md, "Server launch").
 
     Args:
         spec: The sweep.

@@ -1,19 +1,17 @@
-"""The sweep spec: YAML (plus `search_spaces/` fragments) parsed once into a frozen `SweepSpec`.
+"""The sweep spec's models: the frozen pydantic `SweepSpec` and its parts.
 
-This module owns the YAML format of DESIGN 4.2. `load_spec` reads the file, resolves the
-`search_space.include` fragments, validates everything with pydantic (`extra="forbid"`, frozen
-models) and then checks every SGLang flag name, value type and choice against the flag manifest
-of `node.sglang_version`. Every problem becomes a `SpecError` whose message is one line naming
-the file, the field path, the bad value and the fix; nothing downstream re-reads YAML.
+This module owns the shape of a sweep spec (docs/design.md, "Spec format"): pydantic models with
+`extra="forbid"` and field descriptions, the field-level checks that need nothing but the value,
+the metric names of the MLflow layout and `parse_value` (how a YAML scalar on the command line
+or in a replay table is read). Reading a YAML file, resolving its fragments and checking every
+flag against SGLang's flag manifest is `spec_load`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, Literal, Self, TypeAlias
 
 import yaml
@@ -25,13 +23,9 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
-
-from spec_sweep.failures import SpecSweepError
-from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
 
 __all__ = [
     "BASE_METRICS",
@@ -43,11 +37,9 @@ __all__ = [
     "Scalar",
     "SearchSpaceSpec",
     "SearcherSpec",
-    "SpecError",
     "SweepSpec",
     "TrackingSpec",
     "WorkloadSpec",
-    "load_spec",
     "metric_names",
     "parse_value",
 ]
@@ -76,11 +68,6 @@ RESERVED_FLAGS: frozenset[str] = frozenset(
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PROJECT_DIR = Path(__file__).resolve().parent.parent
-
-
-class SpecError(SpecSweepError):
-    """A sweep spec or command-line usage is invalid; nothing was launched."""
 
 
 class _Model(BaseModel):
@@ -210,7 +197,8 @@ class NodeSpec(_Model):
 
     backend: Backend = Backend.SGLANG
     launch: tuple[str, ...] | None = Field(
-        None, description="Command prefix; default depends on backend (DESIGN 4.5)."
+        None,
+        description="Command prefix; default depends on backend (docs/design.md, Server launch).",
     )
     model: str = Field(description="--model-path of the target model.")
     draft_model: str | None = Field(None, description="--speculative-draft-model-path.")
@@ -238,7 +226,7 @@ class NodeSpec(_Model):
         return launch
 
     def launch_prefix(self, *, simulate: bool = False) -> tuple[str, ...]:
-        """The command prefix a trial runs (DESIGN 4.5)."""
+        """The command prefix a trial runs (docs/design.md, "Server launch")."""
         if simulate or self.backend is Backend.SIM:
             if self.backend is Backend.SIM and self.launch:
                 return self.launch
@@ -385,43 +373,13 @@ class SweepSpec(_Model):
 
 
 def metric_names(workload: WorkloadSpec) -> list[str]:
-    """Every metric name a trial of this workload can report (DESIGN 4.4)."""
+    """Every metric name a trial of this workload can report (docs/design.md, "MLflow layout")."""
     names = list(BASE_METRICS)
     if workload.multi_level:
         names += [f"{m}_c{c}" for c in workload.concurrency for m in LEVEL_METRICS]
     else:
         names += list(LEVEL_METRICS)
     return names
-
-
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read, resolve and validate a sweep spec.
-
-    Args:
-        path: The sweep YAML file.
-
-    Returns:
-        The validated, frozen spec.
-
-    Raises:
-        SpecError: one line naming the file, the field, the value and the fix.
-    """
-    path = Path(path)
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict):
-        raise SpecError(f"{path}: the file must hold a mapping of keys (name, node, ...)")
-    raw = dict(raw)
-    raw["source"] = str(path.resolve())
-    space = raw.get("search_space") or {}
-    if isinstance(space, dict):
-        raw["search_space"] = _resolve_includes(path, space)
-    try:
-        spec = SweepSpec.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(_format_validation(path, exc, raw)) from exc
-    spec = _resolve_paths(path, spec)
-    _check_semantics(path, spec)
-    return spec
 
 
 def parse_value(text: str) -> Scalar:
@@ -435,200 +393,6 @@ def parse_value(text: str) -> Scalar:
     return text
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a mapping with the same key twice."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    mapping: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in mapping:
-            line = key_node.start_mark.line + 1
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {line}): keep one", key_node.start_mark
-            )
-        mapping[key] = loader.construct_object(value_node, deep=True)
-    return mapping
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise SpecError(f"{path}: no such file: check the path") from exc
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read it ({exc.strerror})") from exc
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise SpecError(f"{path}: {where}: {exc.problem}") from exc
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
-
-
-def _fragment_dirs(spec_path: Path) -> list[Path]:
-    base = spec_path.resolve().parent
-    dirs = [
-        base / "search_spaces",
-        base.parent / "search_spaces",
-        base,
-        Path.cwd() / "search_spaces",
-    ]
-    dirs.append(_PROJECT_DIR / "search_spaces")
-    unique: list[Path] = []
-    for d in dirs:
-        if d not in unique:
-            unique.append(d)
-    return unique
-
-
-def _resolve_includes(spec_path: Path, space: dict[str, Any]) -> dict[str, Any]:
-    includes = space.get("include") or []
-    if isinstance(includes, str):
-        includes = [includes]
-    if not isinstance(includes, list):
-        return space  # pydantic reports the type error
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for name in includes:
-        if not isinstance(name, str):
-            raise SpecError(f"{spec_path}: search_space.include: {name!r} is not a file name")
-        candidates = [d / name for d in _fragment_dirs(spec_path)]
-        found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            where = ", ".join(str(d) for d in _fragment_dirs(spec_path)[:2])
-            raise SpecError(
-                f"{spec_path}: search_space.include: {name!r} not found (looked in {where}): "
-                "check the file name"
-            )
-        raw = _read_yaml(found)
-        try:
-            fragment = _FragmentSpec.model_validate(raw if raw is not None else {})
-        except ValidationError as exc:
-            raise SpecError(_format_validation(found, exc, raw)) from exc
-        for key in fragment.params:
-            if key in merged:
-                raise SpecError(
-                    f"{found}: params.{key}: duplicate parameter, already defined in "
-                    f"{origin[key]}: keep it in one fragment (or override it in the sweep's "
-                    "search_space.params)"
-                )
-            origin[key] = found.name
-        raw_params = (raw or {}).get("params") or {}
-        merged.update(raw_params)
-    own = space.get("params") or {}
-    if not isinstance(own, dict):
-        return space
-    merged.update(own)  # the sweep's own params override fragments
-    return {**space, "include": includes, "params": merged}
-
-
-def _local_model(spec_path: Path, model: str | None) -> str | None:
-    """A model given as a relative local path (`./m`, `../m`, `.models/m`, `~/m`) -> absolute.
-
-    Relative to the spec's folder, like every path in a spec: a trial's server runs in a Ray
-    worker's folder, not the user's. A Hugging Face repo id never starts with `.` or `~`.
-    """
-    if model is None or not model.startswith((".", "~")):
-        return model
-    path = Path(model).expanduser()
-    if not path.is_absolute():
-        path = spec_path.resolve().parent / path
-    return str(path.resolve())
-
-
-def _resolve_paths(spec_path: Path, spec: SweepSpec) -> SweepSpec:
-    node = spec.node
-    model = _local_model(spec_path, node.model)
-    draft = _local_model(spec_path, node.draft_model)
-    if (model, draft) != (node.model, node.draft_model):
-        node = node.model_copy(update={"model": model, "draft_model": draft})
-        spec = spec.model_copy(update={"node": node})
-    dataset = spec.workload.dataset
-    if dataset in ("random", "builtin"):
-        return spec
-    candidate = Path(dataset).expanduser()
-    if not candidate.is_absolute():
-        candidate = spec_path.resolve().parent / candidate
-    if not candidate.is_file():
-        raise SpecError(
-            f"{spec_path}: workload.dataset: {dataset!r} is not 'random', 'builtin' or an "
-            "existing JSON/JSONL file: check the path (relative paths start at the spec's folder)"
-        )
-    workload = spec.workload.model_copy(update={"dataset": str(candidate)})
-    return spec.model_copy(update={"workload": workload})
-
-
-_FIXES = {
-    "extra_forbidden": "remove it or check its spelling",
-    "missing": "add it",
-    "greater_than": "use a larger value",
-    "greater_than_equal": "use a larger value",
-    "literal_error": "use one of the allowed values",
-    "enum": "use one of the allowed values",
-}
-
-
-def _format_validation(path: Path, exc: ValidationError, raw: Any) -> str:
-    by_loc: dict[str, list[Any]] = {}
-    for error in exc.errors():
-        loc = ".".join(_real_path(raw, error["loc"]))
-        by_loc.setdefault(loc, []).append(error)
-    loc, errors = next(iter(by_loc.items()))
-    first = errors[0]
-    value = first.get("input")
-    kind = first["type"]
-    msg = first["msg"].removeprefix("Value error, ")
-    if len(errors) > 1 and kind.endswith("_type"):
-        expected = sorted(
-            {e["type"].removesuffix("_type").removesuffix("_parsing") for e in errors}
-        )
-        msg = f"wrong type (expected {' or '.join(expected)})"
-    fix = _FIXES.get(kind, "")
-    if kind == "extra_forbidden":
-        text = f"{path}: {loc}: unknown key: {fix}"
-    elif kind == "missing":
-        text = f"{path}: {loc}: required key is missing: {fix}"
-    else:
-        text = f"{path}: {loc or '(top level)'}: {_short(value)} is invalid: {msg}"
-        if fix:
-            text += f": {fix}"
-    if len(by_loc) > 1:
-        text += f" (and {len(by_loc) - 1} more)"
-    return text
-
-
-def _real_path(raw: Any, loc: tuple[int | str, ...]) -> list[str]:
-    """The parts of a pydantic error location that are keys of the input (not union tags)."""
-    parts: list[str] = []
-    node = raw
-    for i, part in enumerate(loc):
-        in_dict = isinstance(node, dict) and part in node
-        in_list = isinstance(node, list | tuple) and isinstance(part, int) and 0 <= part < len(node)
-        if in_dict or in_list:
-            node = node[part]
-        elif isinstance(node, dict) and i == len(loc) - 1:
-            node = None  # a missing required key: still part of the path
-        else:
-            continue  # a union member tag such as 'int' or 'list[...]'
-        parts.append(str(part))
-    return parts
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _same(a: Scalar, b: Scalar) -> bool:
     """Equality that keeps True apart from 1 and None apart from everything."""
     return (type(a) is type(b) and a == b) or (
@@ -638,200 +402,3 @@ def _same(a: Scalar, b: Scalar) -> bool:
         and not isinstance(b, bool)
         and a == b
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Semantic checks (need the whole spec and the flag manifest)
-
-
-def _check_semantics(path: Path, spec: SweepSpec) -> None:
-    def fail(field: str, message: str) -> None:
-        raise SpecError(f"{path}: {field}: {message}")
-
-    try:
-        manifest = load_manifest(spec.node.sglang_version)
-    except ManifestError as exc:
-        fail("node.sglang_version", f"{spec.node.sglang_version!r}: {exc}")
-        raise  # unreachable; keeps mypy happy
-
-    params = spec.params
-    for key, value in spec.node.server_args.items():
-        _check_key(fail, manifest, f"node.server_args.{key}", key, allow_env=False)
-        flag = manifest.lookup(key)
-        assert flag is not None
-        _check_flag_value(fail, flag, f"node.server_args.{key}", value)
-        if key in params:
-            fail(
-                f"node.server_args.{key}",
-                "duplicate parameter: it is both fixed here and searched in search_space: keep one",
-            )
-    for name in spec.node.env:
-        if f"env.{name}" in params:
-            fail(
-                f"node.env.{name}",
-                f"duplicate parameter: fixed in node.env and searched as 'env.{name}': keep one",
-            )
-
-    for key, param in params.items():
-        field = f"search_space.params.{key}"
-        _check_key(fail, manifest, field, key, allow_env=True)
-        flag = manifest.lookup(key) if not key.startswith("env.") else None
-        if flag is not None:
-            for value in _param_values_to_check(param):
-                _check_flag_value(fail, flag, field, value)
-        for dep, wanted in param.when.items():
-            if dep == key:
-                fail(f"{field}.when", f"{key!r} cannot depend on itself")
-            if dep not in params:
-                fail(
-                    f"{field}.when.{dep}",
-                    f"{dep!r} is not a parameter of the search space: name one of {sorted(params)}",
-                )
-            options = wanted if isinstance(wanted, tuple) else (wanted,)
-            for option in options:
-                if not params[dep].contains(option):
-                    fail(
-                        f"{field}.when.{dep}",
-                        f"{option!r} is not a value {dep!r} can take: use one of its values",
-                    )
-    _check_cycles(fail, params)
-
-    for key, value in spec.baseline.items():
-        if key not in params:
-            fail(
-                f"baseline.{key}",
-                f"{key!r} is not a parameter of the search space: use one of {sorted(params)}",
-            )
-        if not params[key].contains(value):
-            fail(f"baseline.{key}", f"{value!r} is not a value this parameter can take")
-    _check_baseline_complete(fail, spec)
-
-    valid = metric_names(spec.workload)
-    if spec.objective.metric not in valid:
-        fail(
-            "objective.metric",
-            f"{spec.objective.metric!r} is not a metric: use one of {', '.join(valid)}",
-        )
-    if spec.objective.metric == "speedup_vs_baseline" and spec.objective.mode != "max":
-        fail("objective.mode", "'speedup_vs_baseline' can only be maximised: use 'max'")
-    for metric in spec.objective.constraints:
-        if metric not in valid:
-            fail(
-                f"objective.constraints.{metric}",
-                f"{metric!r} is not a metric: use one of {', '.join(valid)}",
-            )
-
-    if spec.searcher.kind == "grid":
-        for key, param in params.items():
-            if param.kind == "float" and param.step is None:
-                fail(
-                    f"search_space.params.{key}",
-                    "a grid search needs a 'step' for every float range: add 'step'",
-                )
-
-    if spec.node.draft_model is None and _may_need_draft(spec):
-        fail(
-            "node.draft_model",
-            "missing: the search space can set an EAGLE speculative algorithm, which needs "
-            "a draft model: set node.draft_model",
-        )
-
-
-def _check_key(fail: Any, manifest: FlagManifest, field: str, key: str, *, allow_env: bool) -> None:
-    if key.startswith("env."):
-        if not allow_env:
-            fail(field, f"{key!r}: put environment variables in node.env")
-        if not _ENV_RE.match(key[4:]):
-            fail(field, f"{key!r}: 'env.' must be followed by an environment variable name")
-        return
-    if key.startswith("-"):
-        fail(field, f"{key!r}: write flag names without leading dashes ({key.lstrip('-')!r})")
-    if key in RESERVED_FLAGS:
-        fail(field, f"{key!r} is set by spec_sweep itself (node.model / node.draft_model)")
-    flag = manifest.lookup(key)
-    if flag is None:
-        hints = manifest.suggest(key)
-        hint = f": did you mean {' or '.join(repr(h) for h in hints[:2])}?" if hints else ""
-        fail(
-            field,
-            f"{key!r} is not a launch_server flag of SGLang {manifest.sglang_version}{hint} "
-            "(check node.sglang_version)",
-        )
-    elif flag.deprecated:
-        note = re.search(r"\(?[Dd]eprecated[^)]*\)?", flag.help)
-        hint = f" ({note.group(0).strip('()')})" if note else ""
-        fail(
-            field,
-            f"{key!r} is deprecated in SGLang {manifest.sglang_version}{hint}: use its "
-            "replacement (or pin node.sglang_version to a version where it is current)",
-        )
-
-
-def _param_values_to_check(param: ParamSpec) -> list[Scalar]:
-    if param.choices is not None:
-        return list(param.choices)
-    if param.int_range is not None:
-        return list(param.int_range)
-    assert param.float_range is not None
-    return list(param.float_range)
-
-
-def _check_flag_value(fail: Any, flag: FlagInfo, field: str, value: Any) -> None:
-    if value is None or value is False:
-        return  # omitted flag
-    if not flag.takes_value:
-        if value is not True:
-            fail(field, f"{value!r}: --{flag.name} is a bare flag: use true, false or null")
-        return
-    if value is True:
-        fail(field, f"true: --{flag.name} takes a value, not a bare flag")
-    items = value if isinstance(value, list) else [value]
-    if isinstance(value, list) and flag.nargs in (None, "?"):
-        fail(field, f"{_short(value)}: --{flag.name} takes one value, not a list")
-    for item in items:
-        if isinstance(value, dict):
-            break
-        if flag.type == "int" and (isinstance(item, bool) or not isinstance(item, int)):
-            fail(field, f"{item!r}: --{flag.name} takes an integer")
-        if flag.type == "float" and (isinstance(item, bool) or not isinstance(item, int | float)):
-            fail(field, f"{item!r}: --{flag.name} takes a number")
-        if flag.choices is not None and not any(str(item) == str(c) for c in flag.choices):
-            shown = ", ".join(str(c) for c in flag.choices)
-            fail(field, f"{item!r} is not a valid choice for --{flag.name}: use one of {shown}")
-
-
-def _check_cycles(fail: Any, params: Mapping[str, ParamSpec]) -> None:
-    state: dict[str, int] = {}
-
-    def visit(key: str, trail: list[str]) -> None:
-        if state.get(key) == 2:
-            return
-        if state.get(key) == 1:
-            cycle = " -> ".join([*trail[trail.index(key) :], key])
-            fail(f"search_space.params.{key}.when", f"conditions form a cycle: {cycle}")
-        state[key] = 1
-        for dep in params[key].when:
-            visit(dep, [*trail, key])
-        state[key] = 2
-
-    for key in params:
-        visit(key, [])
-
-
-def _check_baseline_complete(fail: Any, spec: SweepSpec) -> None:
-    from spec_sweep.space import baseline_config  # local: space imports this module
-
-    try:
-        baseline_config(spec)
-    except ValueError as exc:
-        fail("baseline", str(exc))
-
-
-def _may_need_draft(spec: SweepSpec) -> bool:
-    values: list[Any] = []
-    fixed = spec.node.server_args.get("speculative-algorithm")
-    values.append(fixed)
-    param = spec.params.get("speculative-algorithm")
-    if param is not None and param.choices is not None:
-        values.extend(param.choices)
-    return any(isinstance(v, str) and v.upper().startswith("EAGLE") for v in values)

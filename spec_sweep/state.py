@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,10 +23,11 @@ from typing import IO, Any
 
 import psutil
 
-from spec_sweep.failures import SpecSweepError
+from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.paths import sweep_state_dir
-from spec_sweep.server import kill_processes_matching, kill_recorded_servers
-from spec_sweep.spec import SpecError, SweepSpec
+from spec_sweep.procs import kill_processes, kill_processes_matching
+from spec_sweep.server import kill_recorded_servers
+from spec_sweep.spec import SweepSpec
 
 __all__ = ["SweepState", "fingerprint", "open_state", "spec_diff"]
 
@@ -121,12 +121,14 @@ class SweepState:
         self.stop_file.unlink(missing_ok=True)
         for record in kill_recorded_servers(self.path / "trials"):
             done.append(f"server group {record['pgid']}")
+        recorded: list[psutil.Process] = []
         for entry in self.data.get("ray_pids") or []:
             with contextlib.suppress(psutil.Error, KeyError, TypeError):
                 proc = psutil.Process(int(entry["pid"]))
                 if proc.create_time() == entry["create_time"]:
-                    proc.send_signal(signal.SIGKILL)
+                    recorded.append(proc)
                     done.append(f"Ray process {entry['pid']} ({entry.get('name', '')})")
+        kill_processes(lambda: recorded, grace_s=0.0, wait_s=5.0)
         if self.data.get("ray_pids"):
             self.save_ray_pids([])
         temp_dir = self.data.get("ray_temp_dir")

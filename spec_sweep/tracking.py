@@ -1,13 +1,13 @@
 """MLflow: the sweep's parent run, one child run per trial, and reading them back.
 
-This is the only module that imports mlflow. It writes the layout of DESIGN 4.4 through an
-explicit `MlflowClient` (safe from Ray worker threads): experiment = sweep name, one parent run
-per sweep (tag `spec_sweep.kind=sweep`, the spec as an artifact, `best_<metric>` at the end) and
-one child run per trial (tags `spec_sweep.kind=trial`, `spec_sweep.trial_id`, `failure_mode`;
-params by parameter key; the metrics measured; artifacts `server.log`, `command.txt`,
-`bench.json`). A trial's child run is written and closed as FINISHED *before* the trial is
-reported done, which makes the store the durable record of finished trials that resume relies
-on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store in clear.
+This is the only module that imports mlflow. It writes the layout of docs/design.md, "MLflow layout"
+through an explicit `MlflowClient` (safe from Ray worker threads): experiment = sweep name, one
+parent run per sweep (tag `spec_sweep.kind=sweep`, the spec as an artifact, `best_<metric>` at the
+end) and one child run per trial (tags `spec_sweep.kind=trial`, `spec_sweep.trial_id`,
+`failure_mode`; params by parameter key; the metrics measured; artifacts `server.log`,
+`command.txt`, `bench.json`). A trial's child run is written and closed as FINISHED *before* the
+trial is reported done, which makes the store the durable record of finished trials that resume
+relies on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store in clear.
 """
 
 from __future__ import annotations
@@ -329,6 +329,17 @@ class Tracker:
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status="KILLED")
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a closed run RUNNING again (its attempt finished; its record is completed now)."""
+        self.client.update_run(run_id, status="RUNNING")
+
+    def run_status(self, run_id: str) -> str | None:
+        """A run's status (`RUNNING`, `FINISHED`, `KILLED`, ...), None if the store lacks it."""
+        try:
+            return str(self.client.get_run(run_id).info.status)
+        except mlflow.exceptions.MlflowException:
+            return None
 
     def attempts(self, parent_run_id: str, trial_id: str) -> list[TrialRecord]:
         """Every child run (attempt) of one trial of a sweep, oldest first."""

@@ -6,12 +6,11 @@ and environment, wait for readiness while the log watcher looks for fatal lines,
 the benchmark while still watching the log and the process, stop the whole process group,
 confirm the GPU memory was released, then classify with `failures.classify`. A configuration
 that fails is a result (`TrialResult.failure_mode`), never an exception; `TrialError` is only
-for the machinery around it. It also owns `spec-sweep trial`, which prints one trial's outcome.
+for the machinery around it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -20,20 +19,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from spec_sweep import gpu
 from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.metrics import bench_metrics
 from spec_sweep.ports import choose_server_port
-from spec_sweep.replay import ReplayTable, load_replay, replay_result
-from spec_sweep.server import ServerProcess, group_pids, launch_server
-from spec_sweep.space import Config, build_command, redact, resolve_config, secret_values
-from spec_sweep.spec import SpecError, SweepSpec
+from spec_sweep.procs import group_pids
+from spec_sweep.server import ServerProcess, launch_server
+from spec_sweep.space import Config, build_command, redact, secret_values
+from spec_sweep.spec import SweepSpec
 
-__all__ = ["TrialResult", "run_trial", "trial_command"]
+__all__ = ["TrialResult", "run_trial"]
 
 _HOST = "127.0.0.1"
 
@@ -45,9 +41,9 @@ class TrialResult:
     Attributes:
         trial_id: The trial's id (unique within a sweep).
         config: The configuration (parameter key -> value).
-        failure_mode: Exactly one outcome (DESIGN 4.3).
+        failure_mode: Exactly one outcome (docs/design.md, "Failure modes").
         reason: One line saying why.
-        metrics: Metric name -> value (DESIGN 4.4), only what was measured.
+        metrics: Metric name -> value (docs/design.md, "MLflow layout"), only what was measured.
         command: The server argv as launched (`python` not yet resolved).
         env: The environment variables the trial added.
         log_path: The server log, if a server was launched.
@@ -106,8 +102,6 @@ def run_trial(
     extra_env: Mapping[str, str] | None = None,
     grace_s: float = 10.0,
     on_launch: Callable[[ServerProcess], None] | None = None,
-    replay: ReplayTable | None = None,
-    replay_noise: float = 0.0,
     node_id: str | None = None,
 ) -> TrialResult:
     """Run one configuration through the whole trial path.
@@ -122,8 +116,6 @@ def run_trial(
         extra_env: Environment added to the server's (e.g. simulator time scale).
         grace_s: Seconds between SIGTERM and SIGKILL at teardown.
         on_launch: Called with the server right after it started (for bookkeeping).
-        replay: Answer from this recorded table instead of launching a server (DESIGN 4.6).
-        replay_noise: Relative sd of seeded multiplicative noise on replayed metrics.
         node_id: The Ray node running the trial, recorded with the server for cleanup.
 
     Returns:
@@ -132,11 +124,6 @@ def run_trial(
     Raises:
         gpu.GpuBusyError: other processes held the node's GPUs for the whole wait.
     """
-    if replay is not None:
-        fields = replay_result(
-            spec, config, replay, trial_dir=trial_dir, noise=replay_noise, seed=spec.searcher.seed
-        )
-        return TrialResult(trial_id=trial_id, **fields)
     started_at = time.time()
     t0 = time.monotonic()
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -283,72 +270,3 @@ def _write_bench(path: Path, bench: BenchResult) -> None:
         ],
     }
     path.write_text(json.dumps(data))
-
-
-# ---------------------------------------------------------------------------------------------
-# `spec-sweep trial`
-
-
-def trial_command(spec: SweepSpec, overrides: Mapping[str, Any], args: argparse.Namespace) -> int:
-    """`spec-sweep trial SWEEP.yaml --set K=V ...`: run one configuration and print the outcome.
-
-    Returns 0 whenever the trial reached a classified outcome, failed or not.
-    """
-    from spec_sweep.paths import manual_trial_dir
-
-    try:
-        config = resolve_config(spec, {**spec.baseline, **overrides}, what="--set values")
-    except ValueError as exc:
-        raise SpecError(f"--set: {exc}") from exc
-    simulate = bool(args.simulate or args.replay)
-    table = load_replay(args.replay, spec) if args.replay else None
-    trial_dir = manual_trial_dir(spec)
-    result = run_trial(
-        spec,
-        config,
-        trial_dir=trial_dir,
-        trial_id=trial_dir.name,
-        simulate=simulate,
-        replay=table,
-        replay_noise=args.replay_noise,
-    )
-    if args.tracking_uri or spec.tracking.uri:
-        from spec_sweep.tracking import log_single_trial
-
-        log_single_trial(spec, result, tracking_uri=args.tracking_uri)
-
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "failure_mode": result.failure_mode.value,
-                    "reason": result.reason,
-                    "metrics": result.metrics,
-                    "command": list(result.command),
-                    "log_excerpt": result.log_excerpt,
-                    "elapsed_s": result.elapsed_s,
-                    "trial_dir": str(trial_dir),
-                }
-            )
-        )
-        return 0
-    _print_result(result)
-    return 0
-
-
-def _print_result(result: TrialResult) -> None:
-    console = Console(soft_wrap=True, highlight=False)
-    style = "green" if result.ok else "red"
-    console.print(f"[{style}]failure_mode: {result.failure_mode.value}[/] ({result.reason})")
-    console.print(f"config: {json.dumps(result.config)}")
-    if result.metrics:
-        table = Table("metric", "value", title="metrics")
-        for name, value in sorted(result.metrics.items()):
-            table.add_row(name, f"{value:.4g}")
-        console.print(table)
-    if result.prompt_source:
-        console.print(f"prompts: {result.prompt_source}")
-    if result.log_excerpt and not result.ok:
-        console.print("log excerpt:")
-        console.print(result.log_excerpt, markup=False)
-    console.print(f"server log: {result.log_path}  ({result.elapsed_s:.1f} s)")

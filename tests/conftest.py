@@ -1,23 +1,28 @@
-"""Shared fixtures: one Ray cluster per test session, fast simulated boots, temp MLflow stores.
+"""Fixtures: one Ray cluster per session, temp projects, nothing shared with the user.
 
-The simulated node boots at time scale 0 in tests (env `SPEC_SWEEP_SIM_TIME_SCALE`, inherited by
-every server the tests start). The Ray cluster is a real local head started with `ray start`
-(8 logical GPUs and one `spec_sweep_node`, like one GPU node); in-process sweeps connect to it
-and subprocess drivers join it with `--address`. Every fixture stops what it starts.
+- Isolation: the whole session runs with its own project folder (`SPEC_SWEEP_PROJECT_DIR`, so
+  no test reads or writes the user's `mlruns/` or `.spec_sweep/`), without the user's
+  `RAY_ADDRESS` or `MLFLOW_*` settings, and with a Ray head whose every port is chosen free
+  (a sweep or `spec-sweep ui` of the user's may run beside the suite). Simulated nodes boot at
+  time scale 0 (env `SPEC_SWEEP_SIM_TIME_SCALE`, inherited by every server the tests start).
+- The spec template and the helpers (`make_spec`, `wait_until`, ...) are in `harness.py`.
+- `ray_cluster`: a real local head started with `ray start` (8 logical GPUs and one
+  `spec_sweep_node`, like one GPU node) in its own temp dir; in-process sweeps connect to it and
+  subprocess drivers join it with `--address`. Every fixture stops what it starts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness import ROOT, free_port, ray_port_args, stop_ray_processes
 
 os.environ.setdefault("SPEC_SWEEP_SIM_TIME_SCALE", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -25,25 +30,27 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 # The session's Ray head and every driver joining it (in-process or as a subprocess) use Ray's
 # token authentication explicitly (Ray 2.60 enables it on `ray start` when a token exists).
 os.environ.setdefault("RAY_AUTH_MODE", "token")
+# Nothing of the user's: their cluster, their tracking server, their project folder.
+for _name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID"):
+    os.environ.pop(_name, None)
+_SESSION_DIR = Path(tempfile.mkdtemp(prefix="spec_sweep-tests-"))
+os.environ["SPEC_SWEEP_PROJECT_DIR"] = str(_SESSION_DIR)
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@pytest.fixture(scope="session", autouse=True)
+def _session_dir() -> Iterator[Path]:
+    """The session's project folder (removed at the end)."""
+    yield _SESSION_DIR
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def ray_cluster() -> Iterator[str]:
     """A real local Ray head (8 logical GPUs, one spec_sweep_node); yields its address."""
     import ray
 
     ray_bin = str(Path(sys.executable).parent / "ray")
-    port = _free_port()
+    port = free_port()
     temp = Path("/tmp") / f"ray-specsweep-{os.getpid()}"
     args = [
         ray_bin,
@@ -57,6 +64,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp}",
+        *ray_port_args(),
     ]
     started = subprocess.run(args, capture_output=True, text=True, timeout=180)
     if started.returncode != 0:
@@ -72,37 +80,6 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def stop_ray_processes(temp_dir: Path) -> None:
-    """Stop the Ray processes of one cluster (found by its temp dir), not every Ray on the host.
-
-    `ray stop` would also stop clusters that other test sessions on this machine are using.
-    """
-    import psutil
-
-    me = psutil.Process()
-    spared = {me.pid, *(p.pid for p in me.parents())}
-    roots = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(temp_dir) in cmdline and proc.pid not in spared:
-            roots.append(proc)
-    procs = {p.pid: p for p in roots}
-    for root in roots:
-        try:
-            for child in root.children(recursive=True):
-                procs[child.pid] = child
-        except psutil.Error:
-            continue
-    for proc in procs.values():
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=10)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=10)
-
-
 @pytest.fixture
 def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A temp project root (state and mlruns/ go here) with the repo's sweeps and fragments."""
@@ -111,13 +88,3 @@ def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SPEC_SWEEP_PROJECT_DIR", str(tmp_path))
     return tmp_path
-
-
-def wait_until(predicate: object, *, timeout: float = 10.0, interval: float = 0.05) -> bool:
-    """Poll `predicate()` until true or timeout (the only clock use in tests)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(interval)
-    return False

@@ -11,7 +11,8 @@ lives in :mod:`spec_sweep.sim.server`.
 
 from __future__ import annotations
 
-from spec_sweep.sim.model import NodeConfig, NodePlan, PerfModel, SpecSettings, plan_node
+from spec_sweep.sim.model import NodeConfig, NodePlan, SpecSettings, plan_node
+from spec_sweep.sim.perf import PerfModel
 from spec_sweep.sim.profiles import Profile, ProfileError, builtin_profiles, load_profile
 
 __all__ = [

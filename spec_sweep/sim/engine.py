@@ -3,7 +3,7 @@
 This module owns serving. One asyncio task plays SGLang's scheduler loop: it admits waiting
 requests (up to ``max_running_requests`` and the KV-cache capacity; the rest queue), runs a
 prefill step for newly admitted ones (their first token), then decode steps over the running batch
-whose duration comes from :class:`~spec_sweep.sim.model.PerfModel` (per-token time grows with the
+whose duration comes from :class:`~spec_sweep.sim.perf.PerfModel` (per-token time grows with the
 batch; past the CUDA-graph max batch a step runs eagerly). A speculative cycle delivers an accept
 length sampled per request. Pacing is real: each step ends at an absolute deadline on the event
 loop clock, so the client measures what the server really does. Outputs (cumulative ``text`` and
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec_sweep.sim.logs import SimLog
-from spec_sweep.sim.model import AcceptSampler, NodePlan, PerfModel
+from spec_sweep.sim.model import NodePlan
+from spec_sweep.sim.perf import AcceptSampler, PerfModel
 
 __all__ = ["Engine", "GenRequest", "StepOutput"]
 

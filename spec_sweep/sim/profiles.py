@@ -110,7 +110,7 @@ class MemorySpec:
 
 @dataclass(frozen=True, slots=True)
 class PerfSpec:
-    """Parameters of the performance model (see :mod:`spec_sweep.sim.model`)."""
+    """Parameters of the performance model (see :mod:`spec_sweep.sim.perf`)."""
 
     decode_compute_ms: float
     decode_compute_per_req_ms: float

@@ -31,7 +31,8 @@ from spec_sweep.sim.boot import BootResult, boot_node, emit_scheduler_failure, r
 from spec_sweep.sim.cli import SimOptions, parse_command_line
 from spec_sweep.sim.engine import Engine, GenRequest
 from spec_sweep.sim.logs import SimLog
-from spec_sweep.sim.model import NodePlan, PerfModel, plan_node
+from spec_sweep.sim.model import NodePlan, plan_node
+from spec_sweep.sim.perf import PerfModel
 from spec_sweep.sim.procs import WorkerSet, kill_tree_and_self
 from spec_sweep.sim.profiles import Profile, ProfileError, load_profile
 

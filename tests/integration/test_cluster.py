@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from conftest import wait_until
+from harness import DROP, free_port, ray_port_args, wait_until, write_spec
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
@@ -47,37 +47,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
 NODE_RESOURCE = "spec_sweep_node"
 READY = "The server is fired up and ready to roll"
-
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  boot_timeout_s: 60
-  request_timeout_s: 60
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  params:
-    cuda-graph-max-bs: {{choices: [128, 256, 512], default: 512}}
-    mem-fraction-static: {{float: [0.80, 0.90], default: 0.88}}
-baseline: {{}}
-workload: {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1,
-           warmup_prompts: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, trial_timeout_s: 300}}
-searcher: {{kind: random, seed: 0}}
-"""
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -105,7 +74,7 @@ class LocalCluster:
         return self.root / "h"
 
     def start(self) -> None:
-        port = _free_port()
+        port = free_port()
         head = [
             RAY,
             "start",
@@ -116,7 +85,7 @@ class LocalCluster:
             "--include-dashboard=false",
             "--disable-usage-stats",
             "--object-store-memory=80000000",
-            f"--dashboard-agent-listen-port={_free_port()}",
+            *ray_port_args(),
             f"--temp-dir={self.head_dir}",
         ]
         # A lost node is declared dead after ~1.5 s instead of Ray's default ~15 s.
@@ -142,7 +111,7 @@ class LocalCluster:
                 "--object-store-memory=80000000",
                 f"--min-worker-port={lo}",
                 f"--max-worker-port={lo + 99}",
-                f"--dashboard-agent-listen-port={_free_port()}",
+                *ray_port_args(),
                 f"--temp-dir={self.root / f'w{index}'}",
             ]
             starts.append(self._popen(argv, _env()))
@@ -255,7 +224,7 @@ class MlflowServer:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        port = _free_port()
+        port = free_port()
         argv = [
             sys.executable,
             "-m",
@@ -415,8 +384,22 @@ def start_sweep(
     output_len: int,
 ) -> Sweep:
     project.mkdir(parents=True, exist_ok=True)
-    spec = project / f"{name}.yaml"
-    spec.write_text(SPEC.format(name=name, trials=trials, output_len=output_len))
+    spec = write_spec(
+        project,
+        name=name,
+        node={"draft_model": DROP, "request_timeout_s": 60},
+        search_space={
+            "include": DROP,
+            "params": {
+                "cuda-graph-max-bs": {"choices": [128, 256, 512], "default": 512},
+                "mem-fraction-static": {"float": [0.80, 0.90], "default": 0.88},
+            },
+        },
+        baseline={"speculative-algorithm": DROP},
+        workload={"output_len": output_len},
+        budget={"trials": trials, "trial_timeout_s": 300},
+        searcher={"kind": "random"},
+    )
     argv = [
         sys.executable,
         "-m",

@@ -1,8 +1,8 @@
 """Replay backend and cross-sweep reuse, through the real sweep path (Ray, MLflow, searcher).
 
-A live simulated sweep is exported as a replay table (DESIGN 4.6) and replayed: the replayed
-sweep's MLflow layout equals the live one's and its outcomes are the recorded ones. With
-`budget.reuse`, a second sweep on the same node fingerprint launches nothing.
+A live simulated sweep is exported as a replay table (docs/design.md, "Replay table") and replayed:
+the replayed sweep's MLflow layout equals the live one's and its outcomes are the recorded ones.
+With `budget.reuse`, a second sweep on the same node fingerprint launches nothing.
 """
 
 from __future__ import annotations
@@ -16,57 +16,50 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import make_spec
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.backends import make_backend
 from spec_sweep.failures import FailureMode
-from spec_sweep.report import export_columns, export_rows, write_csv
-from spec_sweep.search import SweepOutcome, sweep
+from spec_sweep.replay import export_columns, export_rows, write_csv
+from spec_sweep.search.driver import SweepOutcome, sweep
+from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import config_key
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  include: [speculative.yaml]
-  params:
-    mem-fraction-static: {{choices: [0.88, 0.97], default: 0.88}}
-baseline: {{speculative-algorithm: null}}
-workload:
-  {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1, warmup_prompts: 0}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, reuse: {reuse}}}
-searcher: {{kind: tpe, seed: 3}}
-"""
-
 
 def write_spec(
     project: Path, name: str, *, trials: int = 6, reuse: bool = False, output_len: int = 16
 ) -> SweepSpec:
-    path = project / "sweeps" / f"{name}.yaml"
-    path.write_text(
-        SPEC.format(name=name, trials=trials, reuse=str(reuse).lower(), output_len=output_len)
+    return make_spec(
+        project / "sweeps",
+        name=name,
+        search_space={
+            "params": {"mem-fraction-static": {"choices": [0.88, 0.97], "default": 0.88}}
+        },
+        workload={"output_len": output_len, "warmup_prompts": 0},
+        budget={"trials": trials, "reuse": reuse},
+        searcher={"seed": 3},
     )
-    return load_spec(path)
 
 
-def run(project: Path, spec: SweepSpec, **kwargs: Any) -> SweepOutcome:
+def run(
+    project: Path,
+    spec: SweepSpec,
+    *,
+    simulate: bool = False,
+    replay: Path | None = None,
+    **kwargs: Any,
+) -> SweepOutcome:
     return sweep(
         spec,
+        backend=make_backend(spec, simulate=simulate, replay=replay, grace_s=2.0),
         state_dir=project / ".spec_sweep",
         tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}",
-        grace_s=2.0,
         report=False,
         **kwargs,
     )
@@ -80,7 +73,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SweepSpec, Swe
     spec = write_spec(project, "live")
     outcome = run(project, spec, simulate=True)
     table = project / "live.csv"
-    write_csv(table, export_columns(spec), export_rows(spec, outcome.records))
+    write_csv(table, export_columns(spec), export_rows(spec, finished_in_order(outcome.records)))
     return project, spec, outcome, table
 
 

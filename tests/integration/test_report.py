@@ -10,61 +10,27 @@ the H200 NVLink node above it.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import html
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness import DROP, make_spec
 
+from spec_sweep.backends import SimBackend
 from spec_sweep.cli import main
 from spec_sweep.failures import FailureMode
-from spec_sweep.report import (
-    build_report,
-    export_columns,
-    export_command,
-    report_command,
-)
-from spec_sweep.search import sweep
+from spec_sweep.replay import export_columns
+from spec_sweep.report import build_report
+from spec_sweep.search.driver import sweep
 from spec_sweep.space import build_command, normalize_config
-from spec_sweep.spec import SweepSpec, load_spec, parse_value
+from spec_sweep.spec import SweepSpec, parse_value
 from spec_sweep.tracking import Tracker, TrialRecord
 
 PCIE = "rtx-pro-6000-pcie-x8"
 H200 = "h200-nvlink-x8"
 MODELS = {PCIE: "moonshotai/Kimi-K2.5", H200: "deepseek-ai/DeepSeek-V3"}
-
-SWEEP = """\
-name: report-{profile}
-description: report integration test on {profile}
-node:
-  backend: sglang
-  model: {model}
-  draft_model: eagle3-draft
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8, trust-remote-code: true, cuda-graph-max-bs: 128}}
-  boot_timeout_s: 120
-  request_timeout_s: 60
-  sim_profile: {profile}
-search_space:
-  params:
-    speculative-algorithm: {{choices: [null, EAGLE3]}}
-    enable-flashinfer-allreduce-fusion:
-      choices: [false, true]
-      default: false
-      when: {{speculative-algorithm: null}}
-    speculative-num-steps: {{int: [1, 5], default: 3, when: {{speculative-algorithm: EAGLE3}}}}
-    speculative-eagle-topk: {{choices: [1], default: 1, when: {{speculative-algorithm: EAGLE3}}}}
-baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: 32, num_prompts: 2, concurrency: 1,
-           warmup_prompts: 0, seed: 0}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: 7, max_concurrent: 1, trial_timeout_s: 300}}
-searcher: {{kind: random, seed: 0}}
-"""
 
 
 @dataclass(frozen=True)
@@ -90,18 +56,44 @@ def swept(
     """A real 7-trial sweep against the simulated node of one hardware profile."""
     profile: str = request.param
     root = tmp_path_factory.mktemp(profile)
-    path = root / "sweep.yaml"
-    path.write_text(textwrap.dedent(SWEEP.format(profile=profile, model=MODELS[profile])))
-    spec = load_spec(path)
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    spec = make_spec(
+        root,
+        file="sweep.yaml",
+        name=f"report-{profile}",
+        description=f"report integration test on {profile}",
+        node={
+            "model": MODELS[profile],
+            "draft_model": "eagle3-draft",
+            "server_args": {"tp-size": 8, "trust-remote-code": True, "cuda-graph-max-bs": 128},
+            "boot_timeout_s": 120,
+            "request_timeout_s": 60,
+            "sim_profile": profile,
+        },
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "enable-flashinfer-allreduce-fusion": {
+                    "choices": [False, True],
+                    "default": False,
+                    "when": {"speculative-algorithm": None},
+                },
+                "speculative-num-steps": {"int": [1, 5], "default": 3, "when": eagle},
+                "speculative-eagle-topk": {"choices": [1], "default": 1, "when": eagle},
+            },
+        },
+        workload={"output_len": 32, "warmup_prompts": 0, "seed": 0},
+        budget={"trials": 7, "max_concurrent": 1, "trial_timeout_s": 300},
+        searcher={"kind": "random"},
+    )
     uri = f"sqlite:///{root}/mlflow.db"
     outcome = sweep(
         spec,
-        simulate=True,
+        backend=SimBackend(spec, extra_env={"SPEC_SWEEP_SIM_TIME_SCALE": "0"}, grace_s=2.0),
         state_dir=root / "state",
         tracking_uri=uri,
         address=ray_cluster,
-        sim_env={"SPEC_SWEEP_SIM_TIME_SCALE": "0"},
-        grace_s=2.0,
     )
     outcome.state.close()
     return Swept(profile, spec, root, root / "state", uri, outcome.parent_run_id)
@@ -180,8 +172,9 @@ def test_report_matches_the_mlflow_runs(swept: Swept, tmp_path: Path) -> None:
 
 
 def test_report_command_logs_to_the_parent_run(swept: Swept) -> None:
-    args = argparse.Namespace(tracking_uri=swept.uri, output=None, state_dir=str(swept.state_root))
-    assert report_command(swept.spec, args) == 0
+    sweep_file = str(swept.root / "sweep.yaml")
+    args = ["--tracking-uri", swept.uri, "--state-dir", str(swept.state_root)]
+    assert main(["report", sweep_file, *args]) == 0
     folder = swept.state_root / swept.spec.name / "report"
     assert (folder / "report.html").is_file()
     client = Tracker(swept.uri, swept.spec.experiment).client
@@ -206,10 +199,9 @@ def test_cli_report_and_export_find_the_newest_sweep(
 
 def test_export_replays_every_trial(swept: Swept, tmp_path: Path) -> None:
     table = tmp_path / "results.csv"
-    args = argparse.Namespace(
-        tracking_uri=swept.uri, output=str(table), state_dir=str(swept.state_root)
-    )
-    assert export_command(swept.spec, args) == 0
+    sweep_file = str(swept.root / "sweep.yaml")
+    args = ["--tracking-uri", swept.uri, "--state-dir", str(swept.state_root), "-o", str(table)]
+    assert main(["export", sweep_file, *args]) == 0
     with table.open(newline="") as handle:
         reader = csv.DictReader(handle)
         assert reader.fieldnames == export_columns(swept.spec)

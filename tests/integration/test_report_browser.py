@@ -13,17 +13,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from harness import DROP, make_spec
 from matplotlib import image as mpimg
 
 from spec_sweep.failures import FailureMode
 from spec_sweep.report import ReportResult, build_report
-from spec_sweep.spec import load_spec
 from spec_sweep.tracking import TrialRecord
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -32,29 +31,6 @@ pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)"
 )
 
-SPEC = """\
-name: browser
-description: the write-up's campaign, as a report
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {tp-size: 8, trust-remote-code: true}
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  params:
-    speculative-algorithm: {choices: [null, EAGLE3]}
-    speculative-num-steps: {int: [1, 5], default: 3, when: {speculative-algorithm: EAGLE3}}
-    cuda-graph-max-bs: {choices: [128, 512], default: 512}
-    enable-torch-symm-mem: {choices: [false, true], default: false}
-    ep-size: {choices: [1, 8], default: 1}
-baseline: {speculative-algorithm: null}
-workload: {dataset: builtin, output_len: 128, num_prompts: 4, concurrency: 1}
-objective: {metric: output_throughput, mode: max}
-budget: {trials: 9}
-"""
 
 _PLAIN = {
     "speculative-algorithm": None,
@@ -141,9 +117,33 @@ def _records() -> list[TrialRecord]:
 def report(tmp_path_factory: pytest.TempPathFactory) -> ReportResult:
     """The report of the write-up-like sweep."""
     root = tmp_path_factory.mktemp("browser")
-    path = root / "browser.yaml"
-    path.write_text(textwrap.dedent(SPEC))
-    spec = load_spec(path)
+    spec = make_spec(
+        root,
+        name="browser",
+        description="the write-up's campaign, as a report",
+        node={
+            "server_args": {"tp-size": 8, "trust-remote-code": True},
+            "boot_timeout_s": DROP,
+            "request_timeout_s": DROP,
+        },
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "speculative-num-steps": {
+                    "int": [1, 5],
+                    "default": 3,
+                    "when": {"speculative-algorithm": "EAGLE3"},
+                },
+                "cuda-graph-max-bs": {"choices": [128, 512], "default": 512},
+                "enable-torch-symm-mem": {"choices": [False, True], "default": False},
+                "ep-size": {"choices": [1, 8], "default": 1},
+            },
+        },
+        workload={"output_len": 128, "num_prompts": 4, "warmup_prompts": DROP},
+        budget={"trials": 9, "trial_timeout_s": DROP},
+        searcher=DROP,
+    )
     return build_report(spec, _records(), out_dir=root / "report", parent_run_id="0123abcd")
 
 

@@ -1,12 +1,12 @@
-"""Resume (DESIGN 2 item 7, 4.1): a killed or interrupted sweep picks up where it stopped.
+"""Resume (docs/design.md, "Resume"): a killed or interrupted sweep picks up where it stopped.
 
 Sweep drivers run as real subprocesses (`python -m spec_sweep.run SWEEP.yaml --simulate ...`),
 joined to the session's Ray cluster with `--address` or starting their own local Ray, with a real
 MLflow store under the test's project dir and the simulator as the server. They are killed with
 SIGKILL at chosen points (during a server boot, during a benchmark, right after a trial finished,
 between trials) or interrupted with SIGINT (once, and twice during a slow teardown), then resumed
-with the same command; the last resume runs in-process through `spec_sweep.search.sweep` so the
-test can read the Optuna study it rebuilt.
+with the same command; the last resume runs in-process through
+`spec_sweep.search.driver.sweep` so the test can read the Optuna study it rebuilt.
 
 After a complete resume the checks are: the finished trials are the budget; no finished
 configuration ran twice (a configuration is launched again only when its earlier launch's child
@@ -37,47 +37,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
 import psutil
 import pytest
-from conftest import stop_ray_processes, wait_until
+from harness import stop_ray_processes, wait_until
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.sampling import history_trials
-from spec_sweep.search import SweepOutcome, sweep
-from spec_sweep.server import group_pids, kill_recorded_servers
+from spec_sweep.backends import SimBackend
+from spec_sweep.procs import group_pids
+from spec_sweep.search.driver import SweepOutcome, sweep
+from spec_sweep.search.sampling import history_trials
+from spec_sweep.server import kill_recorded_servers
 from spec_sweep.space import config_key, normalize_config
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
 BENCH_STARTED = '"GET /health_generate HTTP/1.1" 200'
 TAG_ENV = "SPEC_SWEEP_TEST_SWEEP"
 RESUME_HINT = "run the same command again to resume"
-
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  env: {env}
-  boot_timeout_s: 60
-  request_timeout_s: 30
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  include: [speculative.yaml]
-  params:
-    cuda-graph-max-bs: {{choices: [128, 512], default: 512}}
-baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: {output_len}, num_prompts: 2, concurrency: 1,
-           warmup_prompts: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, trial_timeout_s: 120}}
-searcher: {{kind: tpe, seed: 0}}
-"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,9 +125,13 @@ def write_spec(
     env = {"SPEC_SWEEP_SIM_TIME_SCALE": str(time_scale), TAG_ENV: tag}
     if fault:
         env["SPEC_SWEEP_SIM_FAULT"] = fault
-    path = project / "sweeps" / f"{name}.yaml"
-    path.write_text(
-        SPEC.format(name=name, env=json.dumps(env), output_len=output_len, trials=trials)
+    path = harness.write_spec(
+        project / "sweeps",
+        name=name,
+        node={"env": env},
+        search_space={"params": {"cuda-graph-max-bs": {"choices": [128, 512], "default": 512}}},
+        workload={"output_len": output_len},
+        budget={"trials": trials},
     )
     return Sweep(project=project, name=name, tag=tag, spec_path=path)
 
@@ -438,12 +421,12 @@ def assert_resumed_cleanly(
 
 
 def resume_in_process(sw: Sweep, **kwargs: Any) -> SweepOutcome:
+    spec = sw.spec()
     return sweep(
-        sw.spec(),
-        simulate=True,
+        spec,
+        backend=SimBackend(spec, grace_s=2.0),
         state_dir=sw.state_root,
         tracking_uri=sw.uri,
-        grace_s=2.0,
         report=False,
         **kwargs,
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from harness import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8", "--trust-remote-code"]
@@ -34,17 +35,11 @@ EAGLE = [
 READY = "The server is fired up and ready to roll!"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class SimProcess:
     """One simulator process with its captured output."""
 
     def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.log_path = tmp / f"sim-{self.port}.log"
         self.out_path = tmp / f"sim-{self.port}.out"
         environ = dict(os.environ)
@@ -301,7 +296,7 @@ def test_unsupported_nccl_algorithm(start_sim: object) -> None:
 def test_worker_dies_main_keeps_running_never_ready(start_sim: object) -> None:
     sim = start_sim("--sim-fault", "worker-dies")  # type: ignore[operator]
     sim.wait_for_text("terminate called after throwing an instance of 'c10::DistBackendError'")
-    time.sleep(0.5)
+    assert wait_until(lambda: len(_children(sim.proc.pid)) == 1), _children(sim.proc.pid)
     assert sim.proc.poll() is None
     assert READY not in sim.log()
     with httpx.Client(base_url=sim.url, timeout=5) as client:
@@ -347,8 +342,13 @@ def test_crash_at_boot_is_a_segfault(start_sim: object) -> None:
 
 def test_hang_at_boot_never_listens(start_sim: object) -> None:
     sim = start_sim("--sim-fault", "hang-at-boot")  # type: ignore[operator]
-    time.sleep(1.5)
-    assert sim.proc.poll() is None
+    sim.wait_for_text("server_args")  # booting: it hangs at distributed init
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", sim.port)) == 0
+
+    assert not wait_until(lambda: listening() or sim.proc.poll() is not None, timeout=1.0)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{sim.url}/health", timeout=1)
 
@@ -359,18 +359,14 @@ def test_sigterm_exits_cleanly_with_children(start_sim: object) -> None:
     children = _children(sim.proc.pid)
     sim.proc.send_signal(signal.SIGTERM)
     assert sim.wait_exit() == 0
-    time.sleep(0.1)
-    for pid in children:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    assert wait_until(lambda: not any(_alive(pid) for pid in children)), children
 
 
 def test_ignore_sigterm_needs_sigkill(start_sim: object) -> None:
     sim = start_sim("--sim-fault", "ignore-sigterm")  # type: ignore[operator]
     sim.wait_ready()
     os.killpg(sim.proc.pid, signal.SIGTERM)
-    time.sleep(0.5)
-    assert sim.proc.poll() is None
+    assert not wait_until(lambda: sim.proc.poll() is not None, timeout=0.5)
     os.killpg(sim.proc.pid, signal.SIGKILL)
     assert sim.wait_exit() == -signal.SIGKILL
 
@@ -381,6 +377,14 @@ def test_old_sglang_version_flags(start_sim: object) -> None:
     assert "Capture cuda graph end. Time elapsed:" in sim.log()
     with httpx.Client(base_url=sim.url, timeout=5) as client:
         assert client.get("/get_server_info").json()["version"] == "0.5.13"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_simulated_0_5_13_refuses_a_port_the_real_one_refuses() -> None:

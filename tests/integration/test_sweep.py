@@ -1,9 +1,9 @@
 """Whole sweeps: real Ray (session cluster), a real MLflow store under tmp_path, the simulator.
 
-Checks the contracts of DESIGN 2 and 4.4: the baseline runs first, failed trials reach Optuna as
-FAIL with a violated constraint, no configuration is launched twice, the MLflow layout field by
-field, and the sweep reaches the write-up's conclusion on the PCIe profile (EAGLE-3 loses) and
-the opposite one on the H200 profile.
+Checks the contracts of docs/design.md, "How a sweep runs" and "MLflow layout": the baseline runs
+first, failed trials reach Optuna as FAIL with a violated constraint, no configuration is launched
+twice, the MLflow layout field by field, and the sweep reaches the write-up's conclusion on the PCIe
+profile (EAGLE-3 loses) and the opposite one on the H200 profile.
 """
 
 from __future__ import annotations
@@ -13,39 +13,21 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import harness
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.failures import FailureMode, SpecSweepError
-from spec_sweep.search import SweepOutcome, sweep
+from spec_sweep.backends import SimBackend
+from spec_sweep.errors import SpecSweepError
+from spec_sweep.failures import FailureMode
+from spec_sweep.search.driver import SweepOutcome, sweep
 from spec_sweep.space import baseline_config, config_key
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
-SPEC = """\
-name: {name}
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  env: {{HF_TOKEN: hf_supersecretvalue}}
-  boot_timeout_s: 60
-  request_timeout_s: 30
-  sim_profile: {profile}
-search_space:
-  include: [speculative.yaml]
-  params:
-{extra}
-baseline: {{speculative-algorithm: null}}
-workload: {{dataset: builtin, output_len: 48, num_prompts: 2, concurrency: 1, warmup_prompts: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}, trial_timeout_s: 120}}
-searcher: {{kind: tpe, seed: {seed}}}
-"""
 
 PCIE_EXTRA = """\
     cuda-graph-max-bs: {choices: [128, 512], default: 512}
@@ -62,26 +44,23 @@ def make_spec(
     trials: int = 8,
     seed: int = 0,
 ) -> SweepSpec:
-    path = project / "sweeps" / f"{name}.yaml"
-    path.write_text(
-        SPEC.format(
-            name=name,
-            profile=profile,
-            extra=textwrap.indent(textwrap.dedent(extra), "    "),
-            trials=trials,
-            seed=seed,
-        )
+    return harness.make_spec(
+        project / "sweeps",
+        name=name,
+        node={"env": {"HF_TOKEN": "hf_supersecretvalue"}, "sim_profile": profile},
+        search_space={"params": yaml.safe_load(textwrap.dedent(extra))},
+        workload={"output_len": 48},
+        budget={"trials": trials},
+        searcher={"seed": seed},
     )
-    return load_spec(path)
 
 
 def run(project: Path, spec: SweepSpec, **kwargs: Any) -> SweepOutcome:
     return sweep(
         spec,
-        simulate=True,
+        backend=SimBackend(spec, grace_s=2.0),
         state_dir=project / ".spec_sweep",
         tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}",
-        grace_s=2.0,
         **kwargs,
     )
 
@@ -128,7 +107,7 @@ def test_failures_reach_optuna_as_fail_with_constraint(
 ) -> None:
     from optuna.trial import TrialState
 
-    from spec_sweep.sampling import history_trials
+    from spec_sweep.search.sampling import history_trials
 
     spec, outcome, _ = pcie
     failed = [r for r in outcome.records if r.finished and r.failure_mode is not FailureMode.NONE]
@@ -204,7 +183,7 @@ def test_mlflow_layout(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
 
 
 def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
-    from spec_sweep.search import best_record, objective_value
+    from spec_sweep.search.objective import best_record, objective_value
 
     spec, outcome, _ = pcie
     best = best_record(spec, outcome.records)
@@ -230,7 +209,7 @@ def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Pa
 
 
 def test_h200_eagle3_wins(project_dir: Path) -> None:
-    from spec_sweep.search import best_record
+    from spec_sweep.search.objective import best_record
 
     extra = "    cuda-graph-max-bs: {choices: [128, 512], default: 512}\n"
     spec = make_spec(project_dir, name="h200", profile="h200-nvlink-x8", extra=extra, trials=8)

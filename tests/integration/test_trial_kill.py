@@ -1,4 +1,5 @@
-"""A trial's server never outlives the process that runs the trial (DESIGN 4.5).
+"""A trial's server never outlives the process that runs the trial (docs/design.md, "Server
+launch").
 
 Each test starts a small driver process that calls `run_trial` on the simulated node with the
 `hang-after=0` fault (the server becomes ready, then the benchmark's first request never gets an
@@ -25,9 +26,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import wait_until
+from harness import wait_until
 
-from spec_sweep.server import group_pids, kill_recorded_servers
+from spec_sweep.procs import group_pids
+from spec_sweep.server import kill_recorded_servers
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
@@ -38,7 +40,7 @@ _DRIVER = textwrap.dedent(
     from pathlib import Path
 
     from spec_sweep.space import baseline_config
-    from spec_sweep.spec import load_spec
+    from spec_sweep.spec_load import load_spec
     from spec_sweep.trial import run_trial
 
     spec_path, trial_dir, where = sys.argv[1], Path(sys.argv[2]), sys.argv[3]

@@ -18,13 +18,13 @@ import pytest
 from aiohttp import web
 
 from spec_sweep.client import (
-    CONSERVATIVE_ID_RANGE,
     BenchResult,
-    load_prompts,
     run_benchmark_sync,
 )
+from spec_sweep.errors import SpecError
 from spec_sweep.metrics import bench_metrics
-from spec_sweep.spec import SpecError, WorkloadSpec
+from spec_sweep.prompts import CONSERVATIVE_ID_RANGE, load_prompts
+from spec_sweep.spec import WorkloadSpec
 
 # ---------------------------------------------------------------------------------------------
 # Prompt loading

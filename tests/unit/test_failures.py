@@ -8,13 +8,12 @@ import dataclasses
 
 import pytest
 
+from spec_sweep.errors import SpecSweepError, TrialError
 from spec_sweep.failures import (
     LOG_PATTERNS,
     Classification,
     FailureMode,
     LogPattern,
-    SpecSweepError,
-    TrialError,
     _keywords_of,
     classify,
     find_fatal,

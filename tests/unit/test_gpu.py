@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from spec_sweep.failures import SpecSweepError
+from spec_sweep.errors import SpecSweepError
 from spec_sweep.gpu import (
     GpuBusyError,
     GpuProcess,

@@ -1,4 +1,4 @@
-"""Level and trial metrics from per-request records (DESIGN 4.4)."""
+"""Level and trial metrics from per-request records (docs/design.md, "MLflow layout")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Replay tables (DESIGN 4.6): reading, lookup, missing configurations, seeded noise."""
+"""Replay tables (docs/design.md, "Replay table"): reading, lookup, missing configurations, seeded
+noise."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from spec_sweep.errors import SpecError
 from spec_sweep.failures import FailureMode
 from spec_sweep.replay import load_replay, replay_result
-from spec_sweep.spec import SpecError, SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 
 SPEC = """\
 name: r

@@ -4,60 +4,60 @@ from __future__ import annotations
 
 import csv
 import re
-import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
+from harness import DROP, make_spec
 
 from spec_sweep.failures import FailureMode
-from spec_sweep.report import (
-    build_report,
-    diagnose_speculative,
-    export_columns,
-    export_rows,
-    pareto_front,
-)
+from spec_sweep.replay import export_columns, export_rows
+from spec_sweep.report import build_report, diagnose_speculative, pareto_front
+from spec_sweep.search.objective import finished_in_order
 from spec_sweep.space import normalize_config
-from spec_sweep.spec import SweepSpec, load_spec, metric_names, parse_value
+from spec_sweep.spec import SweepSpec, metric_names, parse_value
 from spec_sweep.tracking import TrialRecord
-
-SPEC = """\
-name: rep
-description: report unit test
-node:
-  backend: sglang
-  model: /models/target
-  draft_model: /models/draft
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {tp-size: 8}
-  env: {HF_TOKEN: hf_secret_value_123}
-search_space:
-  params:
-    speculative-algorithm: {choices: [null, EAGLE3]}
-    speculative-num-steps: {int: [1, 7], default: 3, when: {speculative-algorithm: EAGLE3}}
-    speculative-num-draft-tokens:
-      choices: [2, 4, 8]
-      default: 4
-      when: {speculative-algorithm: EAGLE3}
-    cuda-graph-max-bs: {choices: [128, 512], default: 512}
-    mem-fraction-static: {float: [0.7, 0.92], step: 0.01, default: 0.88}
-    disable-custom-all-reduce: {choices: [false, true], default: false}
-baseline: {speculative-algorithm: null}
-workload: {dataset: builtin, output_len: 32, num_prompts: 2, concurrency: CONCURRENCY}
-objective: {metric: OBJECTIVE, mode: max}
-budget: {trials: 10, max_concurrent: 1}
-searcher: {kind: tpe, seed: 0}
-"""
 
 
 def _spec(
     tmp_path: Path, *, concurrency: str = "1", objective: str = "output_throughput"
 ) -> SweepSpec:
-    path = tmp_path / "rep.yaml"
-    text = SPEC.replace("CONCURRENCY", concurrency).replace("OBJECTIVE", objective)
-    path.write_text(textwrap.dedent(text))
-    return load_spec(path)
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    return make_spec(
+        tmp_path,
+        name="rep",
+        description="report unit test",
+        node={
+            "model": "/models/target",
+            "draft_model": "/models/draft",
+            "env": {"HF_TOKEN": "hf_secret_value_123"},
+            "boot_timeout_s": DROP,
+            "request_timeout_s": DROP,
+            "sim_profile": DROP,
+        },
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "speculative-num-steps": {"int": [1, 7], "default": 3, "when": eagle},
+                "speculative-num-draft-tokens": {
+                    "choices": [2, 4, 8],
+                    "default": 4,
+                    "when": eagle,
+                },
+                "cuda-graph-max-bs": {"choices": [128, 512], "default": 512},
+                "mem-fraction-static": {"float": [0.7, 0.92], "step": 0.01, "default": 0.88},
+                "disable-custom-all-reduce": {"choices": [False, True], "default": False},
+            },
+        },
+        workload={
+            "output_len": 32,
+            "concurrency": yaml.safe_load(concurrency),
+            "warmup_prompts": DROP,
+        },
+        objective={"metric": objective},
+        budget={"trials": 10, "max_concurrent": 1, "trial_timeout_s": DROP},
+    )
 
 
 _CLOCK = [1_000]
@@ -300,7 +300,7 @@ def test_export_columns_per_level(tmp_path: Path) -> None:
 
 def test_export_rows(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    rows = export_rows(spec, _sweep())
+    rows = export_rows(spec, finished_in_order(_sweep()))
     assert len(rows) == 6
     assert all(list(row) == export_columns(spec) for row in rows)
     base, _, eagle, _, oom, _ = rows
@@ -324,7 +324,7 @@ def test_export_rows_read_back(tmp_path: Path) -> None:
     """Each row's cells parse back (as `--set` values do) to the trial's configuration."""
     spec = _spec(tmp_path)
     records = _sweep()
-    for record, row in zip(records, export_rows(spec, records), strict=True):
+    for record, row in zip(records, export_rows(spec, finished_in_order(records)), strict=True):
         parsed = {k: parse_value(row[k]) for k in spec.params}
         assert normalize_config(spec, parsed) == record.config
         for name, value in record.metrics.items():
@@ -334,7 +334,9 @@ def test_export_rows_read_back(tmp_path: Path) -> None:
 def test_export_rows_keep_full_precision(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     value = 1 / 3
-    rows = export_rows(spec, [_record("t0000", PLAIN, metrics={"output_throughput": value})])
+    rows = export_rows(
+        spec, finished_in_order([_record("t0000", PLAIN, metrics={"output_throughput": value})])
+    )
     assert float(rows[0]["output_throughput"]) == value
 
 

@@ -10,50 +10,43 @@ import random
 from pathlib import Path
 from typing import Any
 
+import harness
 import optuna
 import pytest
+from harness import DROP
 from optuna.distributions import CategoricalDistribution
 from optuna.samplers import TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from spec_sweep import sampling
+from spec_sweep.search import sampling
 from spec_sweep.space import baseline_config, config_key, normalize_config
-from spec_sweep.spec import SweepSpec, load_spec
+from spec_sweep.spec import SweepSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SPEC = """\
-name: sampling
-node:
-  backend: sglang
-  model: moonshotai/Kimi-K2.5
-  draft_model: lightseekorg/kimi-k2.5-eagle3
-  gpus: 8
-  sglang_version: "0.5.13"
-  server_args: {{tp-size: 8}}
-  sim_profile: rtx-pro-6000-pcie-x8
-search_space:
-  params:
-    speculative-algorithm: {{choices: [null, EAGLE3]}}
-    speculative-num-steps: {{choices: [1, 2, 3], default: 3, when: {{{when}}}}}
-    speculative-eagle-topk: {{choices: [1, 2], default: 1, when: {{{when}}}}}
-    cuda-graph-max-bs: {{choices: [64, 128, 512], default: 512}}
-    mem-fraction-static: {{float: [0.7, 0.9]}}
-    enable-flashinfer-allreduce-fusion: {{choices: [false, true], default: false}}
-baseline: {{speculative-algorithm: null, mem-fraction-static: 0.8}}
-workload: {{dataset: builtin, output_len: 16, num_prompts: 1, concurrency: 1}}
-objective: {{metric: output_throughput, mode: max}}
-budget: {{trials: {trials}}}
-searcher: {{kind: {kind}, seed: {seed}}}
-"""
-
 
 def make_spec(tmp_path: Path, *, trials: int = 30, kind: str = "tpe", seed: int = 0) -> SweepSpec:
-    path = tmp_path / f"sampling-{kind}-{seed}-{trials}.yaml"
-    when = "speculative-algorithm: EAGLE3"
-    path.write_text(SPEC.format(trials=trials, kind=kind, seed=seed, when=when))
-    return load_spec(path)
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    return harness.make_spec(
+        tmp_path,
+        name=f"sampling-{kind}-{seed}-{trials}",
+        search_space={
+            "include": DROP,
+            "params": {
+                "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+                "speculative-num-steps": {"choices": [1, 2, 3], "default": 3, "when": eagle},
+                "speculative-eagle-topk": {"choices": [1, 2], "default": 1, "when": eagle},
+                "cuda-graph-max-bs": {"choices": [64, 128, 512], "default": 512},
+                "mem-fraction-static": {"float": [0.7, 0.9]},
+                "enable-flashinfer-allreduce-fusion": {"choices": [False, True], "default": False},
+            },
+        },
+        baseline={"mem-fraction-static": 0.8},
+        workload={"num_prompts": 1},
+        budget={"trials": trials},
+        searcher={"kind": kind, "seed": seed},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,7 +59,7 @@ def frozen(params: dict[str, Any], *, failed: bool) -> FrozenTrial:
         distributions={k: CategoricalDistribution([v, "other"]) for k, v in params.items()},
         value=None if failed else 1.0,
         state=TrialState.FAIL if failed else TrialState.COMPLETE,
-        system_attrs={f"constraints:{sampling.FAILED_CONSTRAINT}": 1.0 if failed else 0.0},
+        constraints={sampling.FAILED_CONSTRAINT: 1.0 if failed else 0.0},
     )
 
 
@@ -101,7 +94,7 @@ def test_constraint_violations_count_as_failures_but_machinery_failures_do_not()
         params={"x": "a"},
         distributions={"x": CategoricalDistribution(["a", "b"])},
         value=1.0,
-        system_attrs={"constraints:ttft": 5.0},
+        constraints={"ttft": 5.0},
     )
     crashed_driver = optuna.trial.create_trial(
         params={"x": "b"},
@@ -204,7 +197,7 @@ def test_neighbors_cover_each_parameter_and_spread_numeric_ranges(tmp_path: Path
 
 def drive(spec: SweepSpec, score: Any, trials: int) -> list[dict[str, Any]]:
     """Propose and tell `trials` configurations; returns them in order."""
-    from spec_sweep.search import SweepSearcher
+    from spec_sweep.search.searcher import SweepSearcher
 
     searcher = SweepSearcher(
         spec,
@@ -214,17 +207,17 @@ def drive(spec: SweepSpec, score: Any, trials: int) -> list[dict[str, Any]]:
     )
     out = []
     for i in range(trials):
-        params = searcher.suggest(f"x{i}")
-        if not isinstance(params, dict):
+        proposal = searcher.suggest(f"x{i}")
+        if proposal is None:
             break
-        config = normalize_config(spec, {k: v for k, v in params.items() if "__" not in k})
+        config = proposal.config
         value = score(config)
         result = (
             {"failure_mode": "crash"}
             if value is None
             else {"failure_mode": "none", "output_throughput": value}
         )
-        searcher.on_trial_complete(f"x{i}", result)
+        searcher.complete(f"x{i}", result)
         out.append(config)
     return out
 

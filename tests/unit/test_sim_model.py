@@ -12,14 +12,13 @@ import pytest
 from spec_sweep.sim import texts
 from spec_sweep.sim.cli import adapt_args, parse_command_line
 from spec_sweep.sim.model import (
-    AcceptSampler,
     NodeConfig,
     NodePlan,
-    PerfModel,
     SpecSettings,
     capture_batch_sizes,
     plan_node,
 )
+from spec_sweep.sim.perf import AcceptSampler, PerfModel
 from spec_sweep.sim.profiles import Profile, ProfileError, builtin_profiles, load_profile
 
 PCIE = "rtx-pro-6000-pcie-x8"

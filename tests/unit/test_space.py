@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spec_sweep.space import build_command, resolve_config
-from spec_sweep.spec import load_spec
+from spec_sweep.spec_load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

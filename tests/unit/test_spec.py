@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from spec_sweep.cli import main
-from spec_sweep.spec import SpecError, load_spec, metric_names
+from spec_sweep.errors import SpecError
+from spec_sweep.spec import metric_names
+from spec_sweep.spec_load import load_spec
 
 GOOD = """\
 name: t1

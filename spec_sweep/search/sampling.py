@@ -1,38 +1,34 @@
 """Optuna samplers for a sweep, failure-aware, the screening design, and dry-run proposals.
 
-This module owns how configurations are proposed. `make_sampler` builds the spec's sampler
-(TPE by default, random or grid), seeded. Optuna's TPE ignores FAIL trials entirely, so a failed
-server boot would teach it nothing; `FailureAwareTPESampler` lets TPE see FAIL trials that carry
-a violated constraint (`Trial.set_constraint`) as infeasible observations (TPE puts them on the
-"bad" side of its density split) and, because that alone barely steers TPE (the bad side also
-holds every slow configuration), multiplies TPE's acquisition by the probability that a
-candidate runs, from a `FailureModel`: the values, or pairs of values, of failed trials that no
-trial that ran ever had are the likely causes. `screening_design` is the start of a TPE sweep:
-one-factor-at-a-time changes of the baseline, in seeded random order, which replace TPE's random
-start-up trials (near the known-good baseline they fail far less often, and each one tells which
-value of which knob fails or helps); `neighbors` is the local step a sweep takes when the model
-proposes what was already measured. `benchmarks/search_efficiency.py` measures all of it.
+This module owns how configurations are proposed. `make_sampler` builds the spec's sampler (TPE by
+default, random or grid), seeded. Optuna's TPE ignores FAIL trials entirely, so a failed server boot
+would teach it nothing; `FailureAwareTPESampler` (in `tpe`, with every use of Optuna's private API)
+lets TPE see FAIL trials that carry a violated constraint (`Trial.set_constraint`) as infeasible
+observations (TPE puts them on the "bad" side of its density split) and, because that alone barely
+steers TPE (the bad side also holds every slow configuration), multiplies TPE's acquisition by the
+probability that a candidate runs, from a `FailureModel`: the values, or pairs of values, of failed
+trials that no trial that ran ever had are the likely causes. `screening_design` is the start of a
+TPE sweep: one-factor-at-a-time changes of the baseline, in seeded random order, which replace TPE's
+random start-up trials (near the known-good baseline they fail far less often, and each one tells
+which value of which knob fails or helps); `neighbors` is the local step a sweep takes when the
+model proposes what was already measured. `benchmarks/search_efficiency.py` measures all of it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
-import math
 import random
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, GridSampler, RandomSampler, TPESampler
-from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from spec_sweep.search.tpe import FailureAwareTPESampler, FailureModel, failure_model
 from spec_sweep.space import (
     Config,
     SearchSpace,
@@ -66,165 +62,8 @@ _EI_CANDIDATES = 64
 #: (seeds 20-49) 1.0 needed 33.5 trials at the median and one run never got within 2 %; 0.5
 #: needed 27, 65 at worst.
 _PRIOR_WEIGHT = 0.5
-#: Weight of log P(runs) in the acquisition (log l(x) - log g(x) + w log P(runs | x)).
-_RISK_WEIGHT = 3.0
-#: Pseudo-count of the failure model: a value blamed for b failures fails with b / (b + this).
-_BLAME_PRIOR = 0.5
 #: Alternatives per numeric range in the screening design and in neighbour steps.
 _RANGE_POINTS = 4
-
-
-def _infeasible(trial: FrozenTrial) -> bool:
-    return any(v > 0 for v in trial.constraints.values())
-
-
-class _StudyWithFailures:
-    """A read-only view of a study whose COMPLETE trials include infeasible FAIL trials."""
-
-    def __init__(self, study: Study) -> None:
-        self._study = study
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(
-        self,
-        deepcopy: bool = True,
-        states: Sequence[TrialState] | None = None,
-        use_cache: bool = False,
-    ) -> list[FrozenTrial]:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-        if states is None or TrialState.COMPLETE not in states:
-            return trials
-        failed = [
-            t
-            for t in self._study._get_trials(
-                deepcopy=deepcopy, states=(TrialState.FAIL,), use_cache=use_cache
-            )
-            if _infeasible(t)
-        ]
-        return sorted(trials + failed, key=lambda t: t.number)
-
-
-def _item(name: str, value: Any) -> tuple[str, str]:
-    return name, json.dumps(value, default=str)
-
-
-class FailureModel:
-    """Which values of a configuration are likely to make it fail, learnt from the trials so far.
-
-    Explaining away, the way an engineer reads a failed launch: a value (``fusion=true``) that
-    no trial that ran ever had is a suspect of every failed trial that had it; a failed trial
-    whose values all ran elsewhere must fail from a combination, so its never-ran pairs of values
-    are the suspects (an EAGLE tree of steps 1, top-k 2 and 8 draft tokens). Each failed trial
-    spreads one unit of blame over its suspects, and a suspect blamed `b` times makes a
-    configuration that has it fail with probability `b / (b + 0.5)`. Trials that violate an
-    objective constraint count as failed (they cannot be the answer either).
-    """
-
-    def __init__(self, trials: Sequence[FrozenTrial]) -> None:
-        """Learn from finished trials (COMPLETE ones, and FAIL ones with a violated constraint)."""
-        ran_items: set[tuple[str, str]] = set()
-        ran_pairs: set[tuple[tuple[str, str], tuple[str, str]]] = set()
-        failed: list[list[tuple[str, str]]] = []
-        for trial in trials:
-            items = sorted(_item(k, v) for k, v in trial.params.items())
-            if _infeasible(trial):
-                failed.append(items)
-            else:
-                ran_items.update(items)
-                ran_pairs.update(itertools.combinations(items, 2))
-        self.blame: dict[Any, float] = {}
-        self._pairs = False
-        for items in failed:
-            suspects: list[Any] = [i for i in items if i not in ran_items]
-            if not suspects:
-                suspects = [p for p in itertools.combinations(items, 2) if p not in ran_pairs]
-                self._pairs = self._pairs or bool(suspects)
-            for suspect in suspects:
-                self.blame[suspect] = self.blame.get(suspect, 0.0) + 1.0 / len(suspects)
-
-    def log_ok(self, params: Mapping[str, Any]) -> float:
-        """log P(a configuration with these parameter values runs); 0.0 when nothing is blamed."""
-        if not self.blame:
-            return 0.0
-        items = sorted(_item(k, v) for k, v in params.items())
-        keys: Iterator[Any] = iter(items)
-        if self._pairs:
-            keys = itertools.chain(items, itertools.combinations(items, 2))
-        total = 0.0
-        for key in keys:
-            blame = self.blame.get(key)
-            if blame:
-                total += math.log(_BLAME_PRIOR / (blame + _BLAME_PRIOR))
-        return total
-
-
-def failure_model(study: Study) -> FailureModel:
-    """The failure model of a study's finished trials (failed ones included)."""
-    trials = _StudyWithFailures(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return FailureModel(trials)
-
-
-class FailureAwareTPESampler(TPESampler):
-    """TPE that learns from failed trials marked with a violated constraint.
-
-    Failed trials are infeasible observations for TPE's split, and every candidate's
-    acquisition `log l(x) - log g(x)` gets `3 log P(x runs)` from the `FailureModel` (the
-    constrained-TPE idea: optimise expected improvement times the probability of feasibility).
-    """
-
-    def __init__(self, **kwargs: Any) -> None:
-        """Arguments of `TPESampler`."""
-        super().__init__(**kwargs)
-        self._failures = FailureModel(())
-        self._distributions: dict[str, BaseDistribution] = {}
-
-    def _learn(self, study: Study, distributions: Mapping[str, BaseDistribution]) -> Study:
-        view = _StudyWithFailures(study)
-        self._failures = FailureModel(
-            view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        )
-        self._distributions = dict(distributions)
-        return view  # type: ignore[return-value]
-
-    def sample_relative(
-        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
-        """Relative sampling over COMPLETE trials plus infeasible FAIL trials."""
-        if not search_space:
-            return {}
-        view = self._learn(study, search_space)
-        return super().sample_relative(view, trial, search_space)
-
-    def sample_independent(
-        self,
-        study: Study,
-        trial: FrozenTrial,
-        param_name: str,
-        param_distribution: BaseDistribution,
-    ) -> Any:
-        """Independent sampling over COMPLETE trials plus infeasible FAIL trials."""
-        view = self._learn(study, {param_name: param_distribution})
-        return super().sample_independent(view, trial, param_name, param_distribution)
-
-    def _compute_acquisition_func(
-        self,
-        samples: dict[str, np.ndarray],
-        mpe_below: _ParzenEstimator,
-        mpe_above: _ParzenEstimator,
-    ) -> np.ndarray:
-        """TPE's acquisition plus the failure model's log P(runs) of each candidate."""
-        values = super()._compute_acquisition_func(samples, mpe_below, mpe_above)
-        if not self._failures.blame or not samples:
-            return values
-        names = [n for n in samples if n in self._distributions]
-        count = len(values)
-        risk = np.zeros(count)
-        for j in range(count):
-            params = {n: self._distributions[n].to_external_repr(samples[n][j]) for n in names}
-            risk[j] = self._failures.log_ok(params)
-        return np.asarray(values + _RISK_WEIGHT * risk)
 
 
 def make_sampler(spec: SweepSpec, *, failure_aware: bool = True) -> BaseSampler:
@@ -413,24 +252,24 @@ def add_finished(
     """Add a trial finished earlier (from the record) to the study, exactly as if told now."""
     dists = distributions(spec, config)
     params = {k: v for k, v in config.items() if k in dists}
-    system_attrs = _constraint_attrs(failed, constraints)
     state = TrialState.COMPLETE if (value is not None and not failed) else TrialState.FAIL
     trial = optuna.trial.create_trial(
         params=params,
         distributions=dists,
         value=value if state is TrialState.COMPLETE else None,
         state=state,
-        system_attrs=system_attrs,
         user_attrs={_USER_TRIAL_ID: trial_id},
+        constraints=_constraints(failed, constraints),
     )
     study.add_trial(trial)
 
 
-def _constraint_attrs(failed: bool, constraints: dict[str, float] | None) -> dict[str, float]:
-    attrs = {f"constraints:{FAILED_CONSTRAINT}": 1.0 if failed else 0.0}
+def _constraints(failed: bool, constraints: dict[str, float] | None) -> dict[str, float]:
+    """Constraint values of a finished trial: `failed` first, then the objective's (if it ran)."""
+    out = {FAILED_CONSTRAINT: 1.0 if failed else 0.0}
     if not failed:
-        attrs.update({f"constraints:{k}": float(v) for k, v in (constraints or {}).items()})
-    return attrs
+        out.update({k: float(v) for k, v in (constraints or {}).items()})
+    return out
 
 
 def tell_result(
@@ -448,8 +287,8 @@ def tell_result(
     by the samplers.
     """
     if value is not None and not failed:
-        for key, violation in _constraint_attrs(False, constraints).items():
-            trial.set_constraint(key.removeprefix("constraints:"), violation)
+        for key, violation in _constraints(False, constraints).items():
+            trial.set_constraint(key, violation)
         study.tell(trial, value)
         return
     if failed:

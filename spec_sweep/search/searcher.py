@@ -1,0 +1,224 @@
+"""The Optuna side of a sweep: which configuration comes next, and what each outcome teaches.
+
+This module owns `SweepSearcher`, built on Optuna's public ask-and-tell interface (no Ray: the
+driver wraps it in a thin Ray Tune `Searcher`). Order of proposals: the queue (the baseline on a
+fresh sweep, interrupted trials on a resumed one, under their old ids), then for TPE the
+screening design (`sampling.screening_design`: one-factor changes of the baseline, a third of
+the budget), then the model. It never proposes a configuration already measured or running: a
+model proposal that repeats one is asked again (three times); if the model insists, the sweep
+takes a local step instead, an unmeasured neighbour of that configuration (one value changed),
+the one least likely to fail by `sampling.FailureModel`, seeded ties. Random search stays
+random: it just draws again. Every failed trial is told as FAIL with a violated `failed`
+constraint, which the failure-aware TPE sampler learns from; a trial whose machinery failed is
+told as FAIL without it, which every sampler ignores (docs/design.md, "Failure modes").
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from spec_sweep.failures import FailureMode
+from spec_sweep.search import sampling
+from spec_sweep.search.objective import constraint_violations, objective_value, trial_name
+from spec_sweep.space import Config, SearchSpace, config_key, normalize_config
+from spec_sweep.spec import SweepSpec
+from spec_sweep.tracking import TrialRecord
+
+__all__ = ["Proposal", "SweepSearcher"]
+
+_MAX_REPEATS = 200
+_MODEL_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One proposed trial.
+
+    Attributes:
+        trial_id: Our trial id (`t0000` is the baseline).
+        attempt: The attempt number (> 1 when an interrupted trial runs again).
+        params: The parameter values as Optuna proposed them.
+        config: The normalized configuration (active parameters, in dependency order).
+    """
+
+    trial_id: str
+    attempt: int
+    params: dict[str, Any]
+    config: Config
+
+
+class SweepSearcher:
+    """Proposes the sweep's trials in a fixed order, never twice, learning from failures."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        *,
+        history: Sequence[TrialRecord],
+        requeue: Sequence[tuple[str, Config, int]],
+        next_index: int,
+        failure_aware: bool = True,
+    ) -> None:
+        """Build the study and replay the finished trials into it.
+
+        Args:
+            spec: The sweep.
+            history: Finished trials from the record (told to Optuna once each).
+            requeue: (trial id, configuration, attempt) to run first, in order: the baseline on
+                a fresh sweep, interrupted trials on a resumed one.
+            next_index: Index of the next new trial id.
+            failure_aware: Let the sampler (and the local steps) learn from failed trials.
+        """
+        self._spec = spec
+        self._space = SearchSpace(spec.params)
+        self.study = optuna.create_study(
+            sampler=sampling.make_sampler(spec, failure_aware=failure_aware),
+            pruner=optuna.pruners.NopPruner(),
+            study_name="optuna",
+            direction="maximize" if spec.objective.mode == "max" else "minimize",
+        )
+        self._trials: dict[str, optuna.Trial] = {}
+        self._completed: set[str] = set()
+        self._queue = list(requeue)
+        self._next_index = next_index
+        self._seen: set[str] = set()
+        self._failure_aware = failure_aware
+        self._rng = random.Random(f"steps:{spec.searcher.seed}")
+        self.exhausted = False
+        for record in history:
+            sampling.add_finished(
+                self.study,
+                spec,
+                record.config,
+                value=objective_value(spec, record.metrics)
+                if record.failure_mode is FailureMode.NONE
+                else None,
+                failed=record.failure_mode is not FailureMode.NONE,
+                constraints=constraint_violations(spec, record.metrics),
+                trial_id=record.trial_id,
+            )
+            self._seen.add(config_key(record.config))
+        for _, config, _ in self._queue:
+            self._seen.add(config_key(config))
+        self._design: list[Config] = []
+        if spec.searcher.kind == "tpe":
+            design = sampling.screening_design(spec, seed=spec.searcher.seed)
+            self._design = [c for c in design if config_key(c) not in self._seen]
+
+    def suggest(self, key: str) -> Proposal | None:
+        """The next trial for the scheduler's slot `key`; None when nothing is left to propose.
+
+        Args:
+            key: The scheduler's id of the slot (opaque; passed back to `complete`).
+        """
+        if self._queue:
+            our_id, config, attempt = self._queue.pop(0)
+            return self._fixed(key, config, our_id=our_id, attempt=attempt)
+        while self._design:
+            config = self._design.pop(0)
+            if config_key(config) not in self._seen:
+                return self._fixed(key, config)
+        repeated: Config | None = None
+        for attempt in range(_MAX_REPEATS):
+            if attempt >= _MODEL_REPEATS and repeated is not None:
+                step = self._local_step(repeated)
+                if step is not None:
+                    return self._fixed(key, step)
+            if attempt < _MODEL_REPEATS or self._spec.searcher.kind != "tpe":
+                params = self._ask(key)
+            else:
+                # No unmeasured neighbour: explore with one random proposal.
+                seed = self._rng.randrange(2**31)
+                with sampling.random_sampling(self.study, seed=seed):
+                    params = self._ask(key)
+            config = normalize_config(self._spec, params)
+            if config_key(config) not in self._seen:
+                return self._accept(key, params, config)
+            # A repeat: answered by the record, never launched. Optuna forgets it.
+            repeated = config
+            sampling.discard_repeat(self.study, self._trials.pop(key))
+        self.exhausted = True
+        return None
+
+    def complete(
+        self, key: str, result: Mapping[str, Any] | None = None, *, error: bool = False
+    ) -> None:
+        """Tell Optuna: COMPLETE with constraints, or FAIL with a violated `failed` constraint.
+
+        Args:
+            key: The slot the trial was proposed for.
+            result: What the trial reported (`failure_mode` and metrics).
+            error: The trial raised (the machinery failed, not the configuration).
+        """
+        if key in self._completed or key not in self._trials:
+            return
+        ot_trial = self._trials[key]
+        result = result or {}
+        mode = result.get("failure_mode")
+        value = result.get(self._spec.objective.metric) if mode == FailureMode.NONE.value else None
+        if error or mode is None or result.get("interrupted"):
+            # The machinery failed (not the configuration): FAIL without a constraint, which
+            # the sampler ignores.
+            sampling.tell_result(self.study, ot_trial, value=None, failed=False)
+        elif isinstance(value, int | float) and math.isfinite(value):
+            sampling.tell_result(
+                self.study,
+                ot_trial,
+                value=float(value),
+                failed=False,
+                constraints=constraint_violations(self._spec, result),
+            )
+        else:
+            sampling.tell_result(self.study, ot_trial, value=None, failed=True)
+        self._completed.add(key)
+
+    def _ask(self, key: str) -> dict[str, Any]:
+        """Ask the study for the slot's trial and sample every active parameter on it."""
+        if key not in self._trials:
+            self._trials[key] = self.study.ask()
+        return dict(self._space.sample(self._trials[key]))
+
+    def _fixed(
+        self, key: str, config: Config, *, our_id: str | None = None, attempt: int = 1
+    ) -> Proposal:
+        """Propose exactly `config` (through the study, so Optuna records it)."""
+        self.study.enqueue_trial(dict(config))
+        params = self._ask(key)
+        normalized = normalize_config(self._spec, params)
+        return self._accept(key, params, normalized, our_id=our_id, attempt=attempt)
+
+    def _accept(
+        self,
+        key: str,
+        params: dict[str, Any],
+        config: Config,
+        *,
+        our_id: str | None = None,
+        attempt: int = 1,
+    ) -> Proposal:
+        self._seen.add(config_key(config))
+        if our_id is None:
+            our_id = trial_name(self._next_index)
+            self._next_index += 1
+        return Proposal(trial_id=our_id, attempt=attempt, params=params, config=config)
+
+    def _local_step(self, config: Config) -> Config | None:
+        """An unmeasured neighbour of `config`, the least likely to fail (seeded ties)."""
+        options = [
+            c
+            for c in sampling.neighbors(self._spec, config, rng=self._rng)
+            if config_key(c) not in self._seen
+        ]
+        if not options:
+            return None
+        self._rng.shuffle(options)
+        if self._failure_aware:
+            model = sampling.failure_model(self.study)
+            options.sort(key=lambda c: -model.log_ok(c))
+        return options[0]

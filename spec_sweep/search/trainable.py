@@ -1,0 +1,282 @@
+"""One trial inside a Ray worker: run it through the backend and record it, losing nothing.
+
+This module owns `run_and_record`, the function Ray Tune runs for every trial. In order: a
+trial the record already holds as finished (a driver crashed after it) is answered from the
+record; servers an earlier attempt left on this node are stopped; attempts lost with their
+worker are closed KILLED as `node_lost`; with `budget.reuse`, a measurement of the same
+configuration on the same node fingerprint is reused; otherwise the trial's MLflow child run is
+opened, the backend runs the trial, and the outcome is **written to the trial folder
+(`result.json`) before anything is sent to the tracking store**. Recording then closes the
+child run FINISHED before the function returns to Tune (docs/design.md, "Resume"). If the store
+fails while recording (or the driver dies before the record is complete), the trial is not
+lost and never runs again: the retry (Tune's, or a resumed sweep's) finds `result.json` and
+records it under the attempt's own child run instead of launching the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spec_sweep.backends import TrialBackend
+from spec_sweep.errors import TrialError
+from spec_sweep.failures import FailureMode
+from spec_sweep.search.cluster import node_id
+from spec_sweep.search.objective import BASELINE_ID, objective_value, speedup_metrics
+from spec_sweep.server import kill_recorded_servers
+from spec_sweep.space import (
+    Config,
+    ServerCommand,
+    build_command,
+    config_key,
+    node_fingerprint,
+    normalize_config,
+    redact,
+)
+from spec_sweep.tracking import Tracker, TrialRecord
+from spec_sweep.trial import TrialResult
+
+__all__ = ["ATTEMPT_KEY", "RESULT_NAME", "TRIAL_ID_KEY", "TrialContext", "run_and_record"]
+
+#: Keys of a Tune trial config that carry our trial id and attempt number.
+TRIAL_ID_KEY = "__spec_sweep_trial_id"
+ATTEMPT_KEY = "__spec_sweep_attempt"
+#: The outcome of a trial, written to its folder before it is recorded.
+RESULT_NAME = "result.json"
+_RUN_ID_NAME = "mlflow_run_id"
+_RECORD_TRIES = 3
+
+log = logging.getLogger("spec_sweep")
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """What every trial of one sweep run shares (shipped to the Ray workers).
+
+    Attributes:
+        backend: Who answers the trials.
+        tracker: The MLflow store.
+        parent_run_id: The sweep's parent run.
+        trials_dir: `<state>/trials/`: one folder per trial and attempt.
+        stop_file: Exists while the driver is stopping (a trial ending then is interrupted).
+    """
+
+    backend: TrialBackend
+    tracker: Tracker
+    parent_run_id: str
+    trials_dir: Path
+    stop_file: Path = Path("/nonexistent/spec_sweep-stop")
+
+
+def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
+    """Run one Tune trial and record it; returns what Tune reports to the searcher."""
+    t0 = time.monotonic()
+    config = dict(config)
+    trial_id = str(config.pop(TRIAL_ID_KEY))
+    attempt = int(config.pop(ATTEMPT_KEY, 1))
+    spec = ctx.backend.spec
+    cfg = normalize_config(spec, config)
+    tracker = ctx.tracker
+    done = tracker.finished_trial_by_config(ctx.parent_run_id, cfg)
+    if done is not None:  # finished before a crash of the driver: answered from the record
+        out = _result_dict(trial_id, done.failure_mode, done.metrics, done.reason, True)
+        out["time_record_s"] = time.monotonic() - t0
+        return out
+    saved = _saved_result(ctx, trial_id, cfg)
+    if saved is not None:
+        # It ran and its outcome was saved, but recording failed or the driver died before it
+        # could record: record it now under the attempt's own run, never run it again. (A
+        # resumed driver closed that run as KILLED; the attempt did finish, so it is reopened.)
+        result, run_id, folder = saved
+        if tracker.run_status(run_id) != "RUNNING":
+            tracker.reopen_run(run_id)
+        return _finish(ctx, run_id, result, folder, t0=t0)
+    here = node_id()
+    # Whatever an earlier attempt left on this node goes first (a trial holds the whole node).
+    kill_recorded_servers(ctx.trials_dir, node_id=here)
+    previous = tracker.attempts(ctx.parent_run_id, trial_id)
+    for lost in previous:
+        if lost.status == "RUNNING":
+            # Its worker died mid-trial (Tune retries the trial): the attempt was lost.
+            tracker.kill_run(
+                lost.run_id,
+                tags={
+                    "failure_mode": FailureMode.NODE_LOST.value,
+                    "spec_sweep.reason": "node lost: the node or its Ray worker went away "
+                    "mid-trial; retried elsewhere",
+                },
+            )
+    attempt = max(attempt, len(previous) + 1)
+    fingerprint = node_fingerprint(spec, hardware=ctx.backend.hardware())
+    if spec.budget.reuse:
+        earlier = tracker.find_reusable(fingerprint, cfg, exclude_parent=ctx.parent_run_id)
+        if earlier is not None:
+            out = _reuse(ctx, trial_id, cfg, attempt, fingerprint, earlier)
+            out["time_record_s"] = time.monotonic() - t0
+            return out
+    run_id = tracker.start_trial(
+        ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt, fingerprint=fingerprint
+    )
+    trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / _RUN_ID_NAME).write_text(run_id)
+    record_s = time.monotonic() - t0
+    try:
+        result = ctx.backend.run(cfg, trial_dir=trial_dir, trial_id=trial_id, node_id=here)
+    except Exception as exc:
+        # The machinery failed (GPUs held by others, ...), not the configuration: the attempt
+        # ends KILLED with the reason and Tune retries the trial once.
+        tracker.kill_run(run_id, tags={"spec_sweep.reason": f"{type(exc).__name__}: {exc}"[:4000]})
+        raise
+    if ctx.stop_file.exists():
+        # The driver is stopping (Ctrl-C) and tore the server down: this trial did not finish.
+        tracker.kill_run(run_id)
+        return {"trial_id": trial_id, "interrupted": True, "reason": "interrupted"}
+    (trial_dir / RESULT_NAME).write_text(json.dumps(result.to_dict()))
+    return _finish(ctx, run_id, result, trial_dir, t0=time.monotonic(), spent_s=record_s)
+
+
+def _saved_result(
+    ctx: TrialContext, trial_id: str, config: Config
+) -> tuple[TrialResult, str, Path] | None:
+    """The newest saved outcome of this trial and configuration, with its run id and folder."""
+    key = config_key(config)
+    found: tuple[TrialResult, str, Path] | None = None
+    for path in sorted((ctx.trials_dir / trial_id).glob(f"attempt*/{RESULT_NAME}")):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            result = TrialResult.from_dict(json.loads(path.read_text()))
+            run_id = (path.parent / _RUN_ID_NAME).read_text().strip()
+            if config_key(normalize_config(ctx.backend.spec, result.config)) == key:
+                found = (result, run_id, path.parent)
+    return found
+
+
+def _finish(
+    ctx: TrialContext,
+    run_id: str,
+    result: TrialResult,
+    trial_dir: Path,
+    *,
+    t0: float,
+    spent_s: float = 0.0,
+) -> dict[str, Any]:
+    """Record a saved outcome (a few tries); a store that keeps failing raises `TrialError`."""
+    error: Exception | None = None
+    for attempt in range(_RECORD_TRIES):
+        try:
+            metrics = dict(result.metrics)
+            if result.ok:
+                base = (
+                    objective_value(ctx.backend.spec, metrics)
+                    if result.trial_id == BASELINE_ID
+                    else _baseline_value(ctx)
+                )
+                metrics.update(speedup_metrics(ctx.backend.spec, metrics, base))
+            _record(ctx.tracker, run_id, result, metrics, trial_dir)
+            break
+        except Exception as exc:
+            error = exc
+            log.warning("recording trial %s failed (try %d)", result.trial_id, attempt + 1)
+            time.sleep(0.5 * 2**attempt)
+    else:
+        raise TrialError(
+            f"trial {result.trial_id} ran, but recording it in the tracking store failed "
+            f"({type(error).__name__}: {error}); its outcome is kept in "
+            f"{trial_dir / RESULT_NAME} and is recorded, not run again, when the trial is "
+            "retried or the sweep resumed"
+        ) from error
+    out = _result_dict(result.trial_id, result.failure_mode, metrics, result.reason, False)
+    out["time_trial_s"] = result.elapsed_s
+    out["time_record_s"] = spent_s + time.monotonic() - t0
+    return out
+
+
+def _reuse(
+    ctx: TrialContext,
+    trial_id: str,
+    config: Config,
+    attempt: int,
+    fingerprint: str,
+    earlier: TrialRecord,
+) -> dict[str, Any]:
+    """Answer a trial from a measurement made by an earlier sweep on the same node fingerprint."""
+    spec, tracker = ctx.backend.spec, ctx.tracker
+    run_id = tracker.start_trial(
+        ctx.parent_run_id,
+        trial_id=trial_id,
+        config=config,
+        attempt=attempt,
+        fingerprint=fingerprint,
+    )
+    metrics = {k: v for k, v in earlier.metrics.items() if k != "speedup_vs_baseline"}
+    mode = earlier.failure_mode or FailureMode.CRASH
+    if mode is FailureMode.NONE:
+        value = objective_value(spec, metrics)
+        base = value if trial_id == BASELINE_ID else _baseline_value(ctx)
+        metrics.update(speedup_metrics(spec, metrics, base))
+    command = redact(build_command(spec, config).shell(), tracker.secrets)
+    tracker.finish_trial(
+        run_id,
+        failure_mode=mode,
+        metrics=metrics,
+        reason=f"{earlier.reason} (reused from run {earlier.run_id})",
+        elapsed_s=0.0,
+        command=command,
+        extra_tags={"spec_sweep.reused_from": earlier.run_id},
+    )
+    return _result_dict(trial_id, mode, metrics, earlier.reason, True)
+
+
+def _baseline_value(ctx: TrialContext) -> float | None:
+    record = ctx.tracker.finished_trial_by_id(ctx.parent_run_id, BASELINE_ID)
+    if record is None or record.failure_mode is not FailureMode.NONE:
+        return None
+    return objective_value(ctx.backend.spec, record.metrics)
+
+
+def _record(
+    tracker: Tracker,
+    run_id: str,
+    result: TrialResult,
+    metrics: Mapping[str, float],
+    trial_dir: Path,
+) -> None:
+    command = ServerCommand(result.command, result.env).shell()
+    bench = trial_dir / "bench.json"
+    tracker.finish_trial(
+        run_id,
+        failure_mode=result.failure_mode,
+        metrics=metrics,
+        reason=result.reason,
+        elapsed_s=result.elapsed_s,
+        prompt_source=result.prompt_source,
+        command=command,
+        log_path=result.log_path,
+        bench_path=bench if bench.is_file() else None,
+        extra_tags={"spec_sweep.log_excerpt": result.log_excerpt[-4000:]}
+        if result.log_excerpt
+        else None,
+    )
+
+
+def _result_dict(
+    trial_id: str,
+    mode: FailureMode | None,
+    metrics: Mapping[str, float],
+    reason: str,
+    from_record: bool,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "trial_id": trial_id,
+        "failure_mode": (mode or FailureMode.CRASH).value,
+        "reason": reason,
+        "from_record": from_record,
+    }
+    out.update({k: float(v) for k, v in metrics.items()})
+    return out

@@ -1,0 +1,251 @@
+"""The simulated node's token timing: per-step times and acceptance of a booted configuration.
+
+:class:`PerfModel` gives per-step times (decode steps as a function of concurrency and
+CUDA-graph coverage; speculative cycles as draft steps + verify (all-reduce count x
+per-all-reduce latency + compute) + draft extend) and acceptance (per-position rates,
+golden-ratio low-discrepancy sampling in :class:`AcceptSampler`, so short runs converge). Seeded
+by the profile and the configuration: the same configuration gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import random
+
+from spec_sweep.sim.model import NodePlan
+from spec_sweep.sim.profiles import Profile
+
+__all__ = ["AcceptSampler", "PerfModel"]
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+#: Tokens per step above which FlashInfer's fused all-reduce falls back (no fusion speed-up).
+_FUSION_TOKEN_LIMIT = 2048
+
+
+def _seed_of(*parts: object) -> int:
+    # The port a node listens on is not part of what it is: leave it out of the noise seed, so
+    # the same configuration behaves the same on any port (ports are drawn at random).
+    parts = tuple(
+        dataclasses.replace(p, port=0, grpc_port_env=None)
+        if dataclasses.is_dataclass(p) and not isinstance(p, type) and hasattr(p, "grpc_port_env")
+        else p
+        for p in parts
+    )
+    digest = hashlib.sha256("|".join(repr(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+class AcceptSampler:
+    """Accept lengths of one request, drawn with a low-discrepancy (golden-ratio) sequence.
+
+    The n-th cycle uses ``u_n = frac(u_0 + n * 0.618...)`` through the inverse CDF of the accept
+    length, so the running mean converges like O(log n / n) instead of O(1/sqrt(n)): a few hundred
+    cycles already reproduce the expected accept length within a fraction of a percent, while the
+    per-cycle sequence still varies like a real one. ``u_0`` comes from the seed.
+    """
+
+    __slots__ = ("_cdf_tail", "_u")
+
+    def __init__(self, rates: list[float], *, seed: int) -> None:
+        # tail[k] = P(accept length >= k + 2), i.e. the first k + 1 draft depths accepted
+        tail: list[float] = []
+        prob = 1.0
+        for q in rates:
+            prob *= q
+            tail.append(prob)
+        self._cdf_tail = tail
+        self._u = random.Random(seed).random()
+
+    def next(self, limit: int) -> tuple[int, int]:
+        """Draw one cycle.
+
+        Args:
+            limit: Tokens still allowed for the request (>= 1).
+
+        Returns:
+            (tokens produced this cycle incl. the bonus token, draft tokens accepted).
+        """
+        self._u = (self._u + _GOLDEN) % 1.0
+        accepted = 0
+        for p in self._cdf_tail:
+            if self._u < p:
+                accepted += 1
+            else:
+                break
+        produced = min(accepted + 1, limit)
+        return produced, min(accepted, produced - 1)
+
+
+class PerfModel:
+    """Per-step times and acceptance of one booted configuration.
+
+    Args:
+        profile: The hardware profile.
+        plan: The node plan (must not have a failure).
+    """
+
+    def __init__(self, profile: Profile, plan: NodePlan) -> None:
+        self.profile = profile
+        self.plan = plan
+        self.perf = profile.perf
+        self.spec = plan.spec
+        self._ep = self.perf.ep_decode_factor if plan.config.ep_size > 1 else 1.0
+        rng = random.Random(_seed_of(profile.name, plan.config, "boot"))
+        sigma = self.perf.noise_boot_sigma
+        self.boot_factor = min(1 + 2.5 * sigma, max(1 - 2.5 * sigma, rng.gauss(1.0, sigma)))
+        self._step_rng = random.Random(_seed_of(profile.name, plan.config, "steps"))
+        penalty = 0.0
+        if plan.graph_max_bs > self.perf.graph_ref_bs:
+            penalty = self.perf.graph_penalty_ms_per_doubling * math.log2(
+                plan.graph_max_bs / self.perf.graph_ref_bs
+            )
+        self._graph_penalty_ms = penalty
+        rates = (
+            self.perf.acceptance.get(self.spec.algorithm)
+            or self.perf.acceptance.get("EAGLE3")
+            or next(iter(self.perf.acceptance.values()))
+            if self.spec is not None
+            else ()
+        )
+        self._rates = tuple(rates)
+
+    # -- building blocks -----------------------------------------------------------------------
+    def allreduce_ms(self, kind: str, tokens: int) -> float:
+        """Latency of one all-reduce.
+
+        Args:
+            kind: ``"decode"``, ``"verify"`` or ``"draft"``.
+            tokens: Tokens in the step (message size grows with them).
+
+        Returns:
+            Milliseconds.
+        """
+        base = {
+            "decode": self.perf.ar_decode_us,
+            "verify": self.perf.ar_verify_us,
+            "draft": self.perf.ar_draft_us,
+        }[kind]
+        if self.plan.config.tp_size <= 1:
+            return 0.0
+        factor = self.plan.allreduce_factor
+        if self.plan.allreduce_impl == "flashinfer_fusion" and tokens > _FUSION_TOKEN_LIMIT:
+            factor = self.plan.allreduce_factor / max(
+                1e-9, self.profile.features.allreduce_factors.get("flashinfer_fusion", 1.0)
+            )
+        return (base * factor + self.perf.ar_per_token_us * tokens) / 1000.0
+
+    def uses_graph(self, batch: int) -> bool:
+        """Whether a step of ``batch`` requests replays a CUDA graph."""
+        return 0 < batch <= self.plan.graph_max_bs
+
+    def _graph_adjust(self, ms: float, batch: int) -> float:
+        if self.uses_graph(batch):
+            return ms + self._graph_penalty_ms
+        return ms * self.perf.eager_factor + self.perf.eager_overhead_ms
+
+    def decode_step_ms(self, batch: int) -> float:
+        """Mean time of one non-speculative decode step with ``batch`` running requests."""
+        compute = self.perf.decode_compute_ms + self.perf.decode_compute_per_req_ms * (batch - 1)
+        comm = self.perf.ar_count * self.allreduce_ms("decode", batch)
+        return self._graph_adjust((compute + comm) * self._ep, batch)
+
+    def verify_ms(self, batch: int) -> float:
+        """Mean time of the verify forward of one speculative cycle."""
+        assert self.spec is not None
+        tokens = batch * (self.spec.draft_tokens or 1)
+        compute = self.perf.verify_compute_ms + self.perf.verify_per_token_ms * (tokens - 1)
+        return (compute + self.perf.ar_count * self.allreduce_ms("verify", tokens)) * self._ep
+
+    def spec_cycle_ms(self, batch: int) -> float:
+        """Mean time of one speculative cycle (draft steps + verify + draft extend)."""
+        assert self.spec is not None
+        topk, steps = self.spec.topk or 1, self.spec.steps or 0
+        per_req = self.perf.draft_per_req_ms * (batch - 1)
+        draft_step = (
+            self.perf.draft_step_ms * (1 + self.perf.draft_topk_cost * (topk - 1))
+            + per_req
+            + self.perf.draft_ar_count * self.allreduce_ms("draft", batch * topk)
+        )
+        extend = (
+            self.perf.draft_extend_ms
+            + per_req
+            + self.perf.draft_ar_count
+            * self.allreduce_ms("draft", batch * (self.spec.draft_tokens or 1))
+        )
+        total = steps * draft_step + self.verify_ms(batch) + extend + self.perf.spec_overhead_ms
+        return self._graph_adjust(total, batch)
+
+    def step_ms(self, batch: int) -> float:
+        """Mean time of one scheduler step (decode step or speculative cycle)."""
+        if self.spec is None:
+            return self.decode_step_ms(batch)
+        return self.spec_cycle_ms(batch)
+
+    def noisy(self, ms: float) -> float:
+        """``ms`` times the per-boot factor and a seeded per-step jitter."""
+        jitter = self._step_rng.gauss(1.0, self.perf.noise_step_sigma)
+        return ms * self.boot_factor * min(1.5, max(0.5, jitter))
+
+    def prefill_ms(self, tokens: int) -> float:
+        """Time of a prefill (extend) forward over ``tokens`` new tokens."""
+        comm = self.perf.ar_count * self.allreduce_ms("decode", min(tokens, 8192))
+        ms = self.perf.prefill_base_ms + self.perf.prefill_per_token_ms * tokens + comm
+        if self.spec is not None:
+            ms += self.perf.draft_extend_ms
+        return ms * self._ep
+
+    # -- acceptance ----------------------------------------------------------------------------
+    def depth_acceptance(self, *, natural: bool) -> list[float]:
+        """P(accept depth d | shallower depths accepted) for this tree, d = 1..steps.
+
+        Args:
+            natural: Text prompts (True) or random token ids (False).
+
+        Returns:
+            One probability per draft depth.
+        """
+        if self.spec is None:
+            return []
+        steps, topk = self.spec.steps or 0, self.spec.topk or 1
+        nodes = max(0, (self.spec.draft_tokens or 1) - 1)
+        factor = 1.0 if natural else self.perf.random_token_factor
+        budget = [0] * steps
+        for d in range(min(steps, nodes)):
+            budget[d] = 1
+        left = nodes - sum(budget)
+        for d in range(steps):
+            extra = min(left, max(0, topk - budget[d]))
+            budget[d] += extra
+            left -= extra
+        gain = self.perf.extra_candidate_gain
+        out = []
+        for d in range(steps):
+            p = (self._rates[d] if d < len(self._rates) else self._rates[-1]) * factor
+            if budget[d] == 0:
+                out.append(0.0)
+                continue
+            out.append(1.0 - (1.0 - p) * (1.0 - gain) ** (budget[d] - 1))
+        return out
+
+    def expected_accept_length(self, *, natural: bool = True) -> float:
+        """Expected tokens per cycle (bonus token included)."""
+        length, prob = 1.0, 1.0
+        for q in self.depth_acceptance(natural=natural):
+            prob *= q
+            length += prob
+        return length
+
+    def expected_decode_tok_s(self, batch: int = 1, *, natural: bool = True) -> float:
+        """Steady-state decode speed of one request (tokens/s), without noise."""
+        if self.spec is None:
+            return 1000.0 / self.decode_step_ms(batch)
+        return 1000.0 * self.expected_accept_length(natural=natural) / self.spec_cycle_ms(batch)
+
+    def sampler(self, request_index: int, *, natural: bool) -> AcceptSampler:
+        """A seeded accept-length sampler for one request."""
+        rates = self.depth_acceptance(natural=natural)
+        return AcceptSampler(
+            rates, seed=_seed_of(self.profile.name, self.plan.config, "accept", request_index)
+        )

@@ -1,0 +1,133 @@
+"""The test harness: the one spec template and the helpers every test uses.
+
+- `make_spec` / `write_spec`: the one spec template (the write-up's PCIe node, SGLang 0.5.13,
+  a small builtin workload) with keyword overrides merged into it (`DROP` removes a key).
+- `free_port`, `ray_port_args`: ports for the processes tests start, none of Ray's fixed
+  defaults, so the suite can run beside a user's own Ray cluster or MLflow UI.
+- `wait_until`: the only way tests wait for something (no bare sleeps).
+- `stop_ray_processes`: stop one Ray cluster by its temp dir (never every Ray on the host).
+
+Imported as `harness` (tests/ is on the import path); fixtures live in `conftest.py`.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The one spec template (the write-up's PCIe node); tests override what they need.
+BASE_SPEC: dict[str, Any] = {
+    "name": "test",
+    "node": {
+        "backend": "sglang",
+        "model": "moonshotai/Kimi-K2.5",
+        "draft_model": "lightseekorg/kimi-k2.5-eagle3",
+        "gpus": 8,
+        "sglang_version": "0.5.13",
+        "server_args": {"tp-size": 8},
+        "boot_timeout_s": 60,
+        "request_timeout_s": 30,
+        "sim_profile": "rtx-pro-6000-pcie-x8",
+    },
+    "search_space": {"include": ["speculative.yaml"]},
+    "baseline": {"speculative-algorithm": None},
+    "workload": {
+        "dataset": "builtin",
+        "output_len": 16,
+        "num_prompts": 2,
+        "concurrency": 1,
+        "warmup_prompts": 1,
+    },
+    "objective": {"metric": "output_throughput", "mode": "max"},
+    "budget": {"trials": 4, "trial_timeout_s": 120},
+    "searcher": {"kind": "tpe", "seed": 0},
+}
+
+#: A value that removes a key of the template (e.g. `search_space={"include": DROP}`).
+DROP = object()
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if value is DROP:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def spec_data(**sections: Any) -> dict[str, Any]:
+    """The template with `sections` merged in (mappings merge key by key, DROP removes)."""
+    return _merge(BASE_SPEC, sections)
+
+
+def write_spec(directory: Path, *, file: str | None = None, **sections: Any) -> Path:
+    """Write `<directory>/<file or name.yaml>` from the template; fragments resolve from the
+    repo's `search_spaces/` (or the directory's own, if it has one)."""
+    data = spec_data(**sections)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / (file or f"{data['name']}.yaml")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def make_spec(directory: Path, *, file: str | None = None, **sections: Any) -> Any:
+    """`load_spec(write_spec(directory, file=file, **sections))`."""
+    from spec_sweep.spec_load import load_spec
+
+    return load_spec(write_spec(directory, file=file, **sections))
+
+
+def free_port() -> int:
+    """A port that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(
+    predicate: Callable[[], object], *, timeout: float = 10.0, interval: float = 0.05
+) -> bool:
+    """Poll `predicate()` until it is true (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def ray_port_args() -> list[str]:
+    """The port options of `ray start`, each a free port (none of Ray's fixed defaults).
+
+    (No Ray Client server runs: it needs `ray[client]`, which is not installed.)
+    """
+    return [
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--dashboard-agent-grpc-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+    ]
+
+
+def stop_ray_processes(temp_dir: Path) -> None:
+    """Stop the Ray processes of one cluster (found by its temp dir), not every Ray on the host.
+
+    `ray stop` would also stop clusters that other test sessions (or the user) are using.
+    """
+    from spec_sweep.procs import kill_processes_matching
+
+    kill_processes_matching(str(temp_dir), grace_s=10.0)

@@ -1,0 +1,103 @@
+"""A tracking error while recording never costs a finished trial, nor runs it again.
+
+The trial runs on the simulated node through the real trainable (`run_and_record`) against a
+real MLflow store whose artifact folder is broken after the sweep started (the experiment's
+artifact directory replaced by a file, so writing the trial's artifacts fails in MLflow). The
+outcome is saved beside the trial before recording; when the store works again, the retry
+(what Ray Tune or a resumed sweep does) records the saved outcome without a second launch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from harness import make_spec
+
+from spec_sweep.backends import SimBackend
+from spec_sweep.errors import TrialError
+from spec_sweep.search.trainable import (
+    ATTEMPT_KEY,
+    RESULT_NAME,
+    TRIAL_ID_KEY,
+    TrialContext,
+    run_and_record,
+)
+from spec_sweep.space import baseline_config
+from spec_sweep.tracking import Tracker
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def test_a_store_error_while_recording_keeps_the_trial(project_dir: Path) -> None:
+    spec = make_spec(project_dir / "sweeps", name="record", budget={"trials": 2})
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
+    tracker = Tracker(uri, spec.experiment)
+    parent, _ = tracker.start_sweep(spec, state_id="record", simulate=True)
+    trials = project_dir / "trials"
+    ctx = TrialContext(
+        backend=SimBackend(spec, grace_s=2.0),
+        tracker=tracker,
+        parent_run_id=parent,
+        trials_dir=trials,
+    )
+    config = {**baseline_config(spec), TRIAL_ID_KEY: "t0000", ATTEMPT_KEY: 1}
+
+    artifacts = project_dir / "mlruns" / "artifacts" / spec.experiment
+    shutil.rmtree(artifacts)
+    artifacts.write_text("not a folder: the store cannot write artifacts now")
+    with pytest.raises(TrialError, match="recording it in the tracking store failed"):
+        run_and_record(dict(config), ctx)
+    saved = trials / "t0000" / "attempt1" / RESULT_NAME
+    assert json.loads(saved.read_text())["failure_mode"] == "none"
+    log = trials / "t0000" / "attempt1" / "server.log"
+    launched = log.stat().st_mtime_ns
+    (record,) = tracker.attempts(parent, "t0000")
+    assert record.status == "RUNNING"  # not finished: nothing half-recorded counts
+
+    artifacts.unlink()  # the store works again; Tune retries the trial
+    out = run_and_record(dict(config), ctx)
+    assert out["failure_mode"] == "none"
+    assert out["output_throughput"] > 0
+    assert log.stat().st_mtime_ns == launched  # not launched again
+    assert sorted(p.name for p in (trials / "t0000").iterdir()) == ["attempt1"]
+    (record,) = tracker.attempts(parent, "t0000")
+    assert record.status == "FINISHED"
+    assert record.metrics["output_throughput"] == out["output_throughput"]
+    assert record.metrics["speedup_vs_baseline"] == 1.0
+
+
+def test_a_saved_outcome_closed_by_a_resumed_driver_is_recorded_not_run(project_dir: Path) -> None:
+    """The driver died after the trial saved its outcome, before the record was complete: the
+    resumed driver closed the attempt's run KILLED; the retry records the outcome in that run."""
+    spec = make_spec(project_dir / "sweeps", name="resumed", budget={"trials": 2})
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
+    tracker = Tracker(uri, spec.experiment)
+    parent, _ = tracker.start_sweep(spec, state_id="resumed", simulate=True)
+    trials = project_dir / "trials"
+    ctx = TrialContext(
+        backend=SimBackend(spec, grace_s=2.0),
+        tracker=tracker,
+        parent_run_id=parent,
+        trials_dir=trials,
+    )
+    config = {**baseline_config(spec), TRIAL_ID_KEY: "t0000", ATTEMPT_KEY: 1}
+    artifacts = project_dir / "mlruns" / "artifacts" / spec.experiment
+    shutil.rmtree(artifacts)
+    artifacts.write_text("not a folder")
+    with pytest.raises(TrialError):
+        run_and_record(dict(config), ctx)
+    artifacts.unlink()
+    (record,) = tracker.attempts(parent, "t0000")
+    tracker.kill_run(record.run_id)  # what a resumed driver does with a RUNNING run
+    launched = (trials / "t0000" / "attempt1" / "server.log").stat().st_mtime_ns
+
+    out = run_and_record({**config, ATTEMPT_KEY: 2}, ctx)
+    assert out["failure_mode"] == "none"
+    assert (trials / "t0000" / "attempt1" / "server.log").stat().st_mtime_ns == launched
+    assert sorted(p.name for p in (trials / "t0000").iterdir()) == ["attempt1"]
+    (after,) = tracker.attempts(parent, "t0000")
+    assert after.run_id == record.run_id
+    assert after.status == "FINISHED"

@@ -1,0 +1,95 @@
+"""Contract tests for the private APIs of our dependencies, pinned to the versions checked.
+
+Two modules are allowed private uses, one per dependency: `spec_sweep.search.tpe` (Optuna) and
+`spec_sweep.search.cluster` (Ray). Each test here checks one use against the installed
+library; an upgrade that changes any of them fails here, naming what to re-check, before it
+can fail a sweep.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+import ray
+
+from spec_sweep.search import cluster, tpe
+
+ROOT = Path(__file__).resolve().parents[2] / "spec_sweep"
+
+
+def test_optuna_version_is_the_one_checked() -> None:
+    assert optuna.__version__ == tpe.OPTUNA_VERSION, (
+        f"Optuna {optuna.__version__} installed, spec_sweep/search/tpe.py was checked against "
+        f"{tpe.OPTUNA_VERSION}: re-check its private uses, then update OPTUNA_VERSION"
+    )
+
+
+def test_tpe_acquisition_hook_has_the_signature_we_override() -> None:
+    from optuna.samplers import TPESampler
+
+    hook = TPESampler._compute_acquisition_func
+    assert list(inspect.signature(hook).parameters) == [
+        "self",
+        "samples",
+        "mpe_below",
+        "mpe_above",
+    ]
+    ours = tpe.FailureAwareTPESampler._compute_acquisition_func
+    assert list(inspect.signature(ours).parameters) == list(inspect.signature(hook).parameters)
+
+
+def test_parzen_estimator_is_where_we_import_it_from() -> None:
+    from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
+
+    assert inspect.isclass(_ParzenEstimator)
+
+
+def test_study_get_trials_takes_the_arguments_tpe_passes() -> None:
+    params = inspect.signature(optuna.Study._get_trials).parameters
+    assert {"deepcopy", "states", "use_cache"} <= set(params)
+    # TPE reads the history through `study._get_trials(...)`, which our view answers.
+    source = inspect.getsource(optuna.samplers.TPESampler)
+    assert "_get_trials(" in source
+
+
+def test_ray_version_is_the_one_checked() -> None:
+    assert ray.__version__ == cluster.RAY_VERSION, (
+        f"Ray {ray.__version__} installed, spec_sweep/search/cluster.py was checked against "
+        f"{cluster.RAY_VERSION}: re-check its private uses, then update RAY_VERSION"
+    )
+
+
+def test_ray_token_auth_helper_exists() -> None:
+    from ray._private.authentication import authentication_token_setup as auth
+
+    params = inspect.signature(auth.maybe_enable_token_auth_if_token_available).parameters
+    assert "warn_if_disabled" in params
+
+
+def test_ray_init_takes_a_temp_dir() -> None:
+    # `_temp_dir` reaches `ray.init` through **kwargs, which it reads by name.
+    assert '"_temp_dir"' in inspect.getsource(ray.init)
+
+
+#: How a private use of each dependency shows in our source.
+_PRIVATE = {
+    "optuna": re.compile(r"from optuna[\w.]*\._\w|from optuna[\w.]* import _\w|\._get_trials\("),
+    "ray": re.compile(r"ray\._private|from ray[\w.]* import _\w|_ot_(study|trials)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [("optuna", "search/tpe.py"), ("ray", "search/cluster.py")],
+)
+def test_private_uses_live_in_one_module(package: str, allowed: str) -> None:
+    users = {
+        str(path.relative_to(ROOT))
+        for path in ROOT.rglob("*.py")
+        if _PRIVATE[package].search(path.read_text())
+    }
+    assert users == {allowed}
