@@ -233,6 +233,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             progress=progress,
         )
     progress.summary(spec, outcome)
+    if outcome.environment:
+        _err.print(
+            f"error: the node cannot start a server: {outcome.environment}; fix the node and "
+            "run the same command again to resume"
+        )
+        return EXIT_ERROR
     return EXIT_INTERRUPTED if outcome.interrupted else EXIT_OK
 
 

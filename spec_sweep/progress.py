@@ -67,6 +67,8 @@ class SweepSummary(Protocol):
     def report(self) -> Path | None: ...
     @property
     def report_error(self) -> str | None: ...
+    @property
+    def environment(self) -> str | None: ...
 
 
 @dataclass
@@ -139,7 +141,9 @@ class SweepProgress:
             row.ended = time.monotonic()
             row.result = dict(result)
             if result.get("interrupted"):
-                row.result["failure_mode"] = "interrupted"
+                row.result["failure_mode"] = (
+                    "environment" if result.get("environment") else "interrupted"
+                )
         if self._live is None:
             self._print(self._line(row))
         self._refresh()
@@ -285,7 +289,16 @@ class SweepProgress:
             parts.append(Text(f"report: {outcome.report}"))
         elif outcome.report_error:
             parts.append(Text(f"report not built: {outcome.report_error}", style="yellow"))
-        if outcome.interrupted:
+        if outcome.environment:
+            parts.append(
+                Text(
+                    f"\nstopped: the node cannot start a server, whatever the configuration "
+                    f"({outcome.environment}). Nothing was recorded against a configuration; "
+                    "fix the node, then run the same command again to resume",
+                    style="red",
+                )
+            )
+        elif outcome.interrupted:
             parts.append(
                 Text(
                     f"\ninterrupted after {len(finished)}/{spec.budget.trials} trials: "

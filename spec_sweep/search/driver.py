@@ -106,6 +106,7 @@ class SweepOutcome:
     exhausted: bool = False
     study: Any = None
     new_trials: int = 0
+    environment: str | None = None
     report: Path | None = None
     report_error: str | None = None
 
@@ -127,6 +128,28 @@ class _Interrupt(Stopper):
 
     def stop_all(self) -> bool:
         return self.event.is_set()
+
+
+class _EnvironmentStop(Callback):
+    """Stops the sweep when a trial says the node cannot start any server."""
+
+    def __init__(self, interrupt: _Interrupt) -> None:
+        self.interrupt: _Interrupt | None = interrupt
+        self.reason: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # pickled into Tune's experiment state; the flag is per run
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.interrupt, self.reason = None, None
+
+    def on_trial_complete(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        why = (trial.last_result or {}).get("environment")
+        if why and self.interrupt is not None:
+            self.reason = self.reason or f"trial {trial.config.get(TRIAL_ID_KEY)}: {why}"
+            self.interrupt.event.set()
 
 
 class _ProgressCallback(Callback):
@@ -311,7 +334,10 @@ def _run(
             tune.with_parameters(run_and_record, ctx=ctx),
             {"cpu": 1, "gpu": spec.node.gpus, NODE_RESOURCE: 1},
         )
-        callbacks: list[Callback] = [_ProgressCallback(progress)] if progress is not None else []
+        environment = _EnvironmentStop(interrupt)
+        callbacks: list[Callback] = [environment]
+        if progress is not None:
+            callbacks.append(_ProgressCallback(progress))
         max_concurrent = spec.budget.max_concurrent or n_nodes
         tuner = tune.Tuner(
             trainable,
@@ -335,7 +361,8 @@ def _run(
             ),
         )
         tuner.fit()
-        outcome.interrupted = interrupt.event.is_set()
+        outcome.environment = environment.reason
+        outcome.interrupted = interrupt.event.is_set() and environment.reason is None
         outcome.exhausted = searcher.exhausted
         outcome.study = searcher.study
     except BaseException:

@@ -5,9 +5,10 @@ trial the record already holds as finished (a driver crashed after it) is answer
 record; servers an earlier attempt left on this node are stopped; attempts lost with their
 worker are closed KILLED as `node_lost`; with `budget.reuse`, a measurement of the same
 configuration on the same node fingerprint is reused; otherwise the trial's MLflow child run is
-opened, the backend runs the trial, and the outcome is **written to the trial folder
-(`result.json`) before anything is sent to the tracking store**. Recording then closes the
-child run FINISHED before the function returns to Tune (docs/design.md, "Resume"). If the store
+opened, the backend runs the trial (an `environment` outcome, a node that cannot start any
+server, is closed KILLED and stops the sweep instead of being recorded), and the outcome is
+**written to the trial folder (`result.json`) before anything is sent to the tracking store**.
+Recording then closes the child run FINISHED before the function returns to Tune (docs/design.md, "Resume"). If the store
 fails while recording (or the driver dies before the record is complete), the trial is not
 lost and never runs again: the retry (Tune's, or a resumed sweep's) finds `result.json` and
 records it under the attempt's own child run instead of launching the server.
@@ -138,6 +139,16 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
         # The driver is stopping (Ctrl-C) and tore the server down: this trial did not finish.
         tracker.kill_run(run_id)
         return {"trial_id": trial_id, "interrupted": True, "reason": "interrupted"}
+    if result.failure_mode is FailureMode.ENVIRONMENT:
+        # The node cannot start any server (an import error, no GPU, a missing model): not this
+        # configuration's fault. Nothing is saved or told to the searcher; the attempt ends
+        # KILLED with the reason, and the driver stops the sweep (resumable once fixed).
+        why = f"{result.reason} (server log: {result.log_path})"
+        tracker.kill_run(
+            run_id,
+            tags={"failure_mode": FailureMode.ENVIRONMENT.value, "spec_sweep.reason": why[:4000]},
+        )
+        return {"trial_id": trial_id, "interrupted": True, "environment": why, "reason": why}
     (trial_dir / RESULT_NAME).write_text(json.dumps(result.to_dict()))
     return _finish(ctx, run_id, result, trial_dir, t0=time.monotonic(), spent_s=record_s)
 

@@ -47,6 +47,7 @@ FAULT_KINDS = (
     "request-error",
     "ignore-sigterm",
     "slow-boot=SECONDS",
+    "missing-module=NAME",
 )
 _PROG = "python -m spec_sweep.sim"
 
@@ -65,6 +66,8 @@ class Faults:
         request_error: ``/generate`` answers with SGLang's error shape and an HTTP error status.
         ignore_sigterm: Ignore SIGTERM (a launcher must SIGKILL).
         slow_boot_s: Extra real seconds of boot.
+        missing_module: Die at import time with ``ModuleNotFoundError: No module named 'NAME'``
+            (an install that lacks a package SGLang imports: no configuration can run).
     """
 
     hang_at_boot: bool = False
@@ -75,6 +78,7 @@ class Faults:
     request_error: bool = False
     ignore_sigterm: bool = False
     slow_boot_s: float = 0.0
+    missing_module: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,8 @@ def _parse_faults(values: Sequence[str], parser: argparse.ArgumentParser) -> Fau
                     kwargs["hang_after"] = max(0, int(arg))
                 elif kind == "slow-boot":
                     kwargs["slow_boot_s"] = max(0.0, float(arg))
+                elif kind == "missing-module" and arg:
+                    kwargs["missing_module"] = arg
                 elif (
                     kind
                     in (

@@ -623,6 +623,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     log = SimLog()
     log.raw(texts.LAUNCH_WARNING)
     options, config = parse_command_line(argv, environ)
+    if options.faults.missing_module:
+        log.raw(
+            texts.format_traceback(
+                (
+                    *texts.IMPORT_FRAMES[:-1],
+                    (
+                        "srt/layers/attention/vision.py",
+                        47,
+                        "<module>",
+                        f"import {options.faults.missing_module}",
+                    ),
+                ),
+                f"ModuleNotFoundError: No module named {options.faults.missing_module!r}",
+            )
+        )
+        return 1
     try:
         profile = load_profile(options.profile)
     except ProfileError as exc:

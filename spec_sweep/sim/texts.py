@@ -867,3 +867,18 @@ A2A_WORKSPACE: tuple[Frame, ...] = (
         "self._workspace = torch.empty(",
     ),
 )
+
+
+# Real SGLang 0.5.13 importing a model module whose package is missing from the install
+# (tests/fixtures/sglang/0.5.13/import-error-flashinfer.log): the server dies at import time.
+IMPORT_FRAMES: tuple[Frame, ...] = (
+    ("<frozen runpy>", 198, "_run_module_as_main", ""),
+    ("<frozen runpy>", 88, "_run_code", ""),
+    ("launch_server.py", 7, "<module>", "from sglang.srt.server_args import prepare_server_args"),
+    ("srt/models/qwen3_asr.py", 24, "<module>",
+     "from sglang.srt.models.qwen3_omni_moe import Qwen3OmniMoeAudioEncoder"),
+    ("srt/models/qwen3_omni_moe.py", 37, "<module>",
+     "from sglang.srt.layers.attention.vision import VisionAttention"),
+    ("srt/layers/attention/vision.py", 47, "<module>",
+     "from flashinfer.prefill import cudnn_batch_prefill_with_kv_cache"),
+)  # fmt: skip

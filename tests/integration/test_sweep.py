@@ -235,3 +235,29 @@ def test_a_trial_no_node_can_hold_is_refused_and_leaves_nothing(project_dir: Pat
         run(project_dir, spec)
     assert not (project_dir / ".spec_sweep" / "toobig").exists()
     assert not (project_dir / "mlruns" / "mlflow.db").exists()
+
+
+def test_a_node_that_cannot_start_any_server_stops_the_sweep(project_dir: Path) -> None:
+    """An install missing a package SGLang imports (seen for real: jsonschema) fails every
+    configuration alike: the sweep stops at the first such trial, records nothing against the
+    configuration and stays resumable, instead of burning its budget."""
+    spec = harness.make_spec(
+        project_dir / "sweeps",
+        name="envfault",
+        node={"env": {"SPEC_SWEEP_SIM_FAULT": "missing-module=jsonschema"}},
+        budget={"trials": 4},
+    )
+    outcome = run(project_dir, spec)
+    assert outcome.environment is not None
+    assert "No module named 'jsonschema'" in outcome.environment
+    assert "t0000" in outcome.environment
+    assert not outcome.interrupted
+    assert len(launches(outcome)) == 1  # stopped at once
+    (record,) = outcome.records
+    assert record.status == "KILLED"  # not a result: the trial runs again on resume
+    client = MlflowClient(tracking_uri=f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}")
+    run_data = client.get_run(record.run_id).data
+    assert run_data.tags["failure_mode"] == "environment"
+    parent = client.get_run(outcome.parent_run_id)
+    assert parent.info.status == "KILLED"  # resumable
+    assert not outcome.state.path.joinpath("trials", "t0000", "attempt1", "result.json").exists()
