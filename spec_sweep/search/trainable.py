@@ -8,8 +8,8 @@ configuration on the same node fingerprint is reused; otherwise the trial's MLfl
 opened, the backend runs the trial (an `environment` outcome, a node that cannot start any
 server, is closed KILLED and stops the sweep instead of being recorded), and the outcome is
 **written to the trial folder (`result.json`) before anything is sent to the tracking store**.
-Recording then closes the child run FINISHED before the function returns to Tune (docs/design.md, "Resume"). If the store
-fails while recording (or the driver dies before the record is complete), the trial is not
+Recording then closes the child run FINISHED before the function returns to Tune
+(docs/design.md, "Resume"). If the store fails while recording (or the driver dies before the record is complete), the trial is not
 lost and never runs again: the retry (Tune's, or a resumed sweep's) finds `result.json` and
 records it under the attempt's own child run instead of launching the server.
 """
