@@ -9,9 +9,10 @@ opened, the backend runs the trial (an `environment` outcome, a node that cannot
 server, is closed KILLED and stops the sweep instead of being recorded), and the outcome is
 **written to the trial folder (`result.json`) before anything is sent to the tracking store**.
 Recording then closes the child run FINISHED before the function returns to Tune
-(docs/design.md, "Resume"). If the store fails while recording (or the driver dies before the record is complete), the trial is not
-lost and never runs again: the retry (Tune's, or a resumed sweep's) finds `result.json` and
-records it under the attempt's own child run instead of launching the server.
+(docs/design.md, "Resume"). If the store fails while recording (or the driver dies before the
+record is complete), the trial is not lost and never runs again: the retry (Tune's, or a
+resumed sweep's) finds `result.json` and records it under the attempt's own child run instead
+of launching the server.
 """
 
 from __future__ import annotations
