@@ -259,7 +259,10 @@ def _dry_run(spec: SweepSpec, args: argparse.Namespace) -> int:
             title += " (repeats an earlier configuration: answered from the record, not launched)"
         _out.print(f"\n{title}: {json.dumps(config)}")
         _out.print(f"  {backend.command(config).shell()}")
-    _out.print("\n(each trial adds --host 127.0.0.1 --port <free port>; nothing was launched)")
+    _out.print(
+        "\n(each trial adds --host 127.0.0.1 --port <a free port in 20000-29999 whose derived "
+        "ports are free too>; nothing was launched)"
+    )
     return EXIT_OK
 
 
