@@ -47,6 +47,8 @@ class FailureMode(enum.StrEnum):
     """The server stopped answering during the benchmark."""
     BENCH_ERROR = "bench_error"
     """The server answered, but requests failed."""
+    WRONG_OUTPUT = "wrong_output"
+    """The server answered, but its greedy outputs disagree with the baseline's (quality gate)."""
     NODE_LOST = "node_lost"
     """The node or its Ray worker went away; the trial is retried elsewhere."""
     ENVIRONMENT = "environment"

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from spec_sweep.failures import FailureMode
+from spec_sweep.loads import load_and_cost_lines
 from spec_sweep.search.objective import best_record, objective_value
 from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
@@ -264,6 +265,7 @@ class SweepProgress:
                     "failures: " + ", ".join(f"{mode} {n}" for mode, n in sorted(failures.items()))
                 )
             )
+        parts += [Text(line) for line in load_and_cost_lines(spec, outcome.records)]
         best = best_record(spec, outcome.records)
         if best is not None:
             value = objective_value(spec, best.metrics)

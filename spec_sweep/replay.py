@@ -33,7 +33,7 @@ from spec_sweep.space import (
     redact,
     secret_values,
 )
-from spec_sweep.spec import SweepSpec, metric_names, parse_value
+from spec_sweep.spec import SweepSpec, parse_value, spec_metric_names
 
 __all__ = [
     "ReplayRow",
@@ -230,7 +230,7 @@ def export_columns(spec: SweepSpec) -> list[str]:
     layout in `spec.metric_names` order; with several concurrency levels each metric has one column
     per level, suffixed `_c<N>` exactly as the MLflow runs name them.
     """
-    names = metric_names(spec.workload)
+    names = spec_metric_names(spec)
     first = [n for n in names if n.startswith("output_throughput")]
     second = [n for n in names if n.startswith("accept_length")]
     rest = [n for n in names if n not in first and n not in second]

@@ -31,9 +31,11 @@ __all__ = [
     "BASE_METRICS",
     "LEVEL_METRICS",
     "BudgetSpec",
+    "GoodputSpec",
     "NodeSpec",
     "ObjectiveSpec",
     "ParamSpec",
+    "QualitySpec",
     "Scalar",
     "SearchSpaceSpec",
     "SearcherSpec",
@@ -42,6 +44,7 @@ __all__ = [
     "WorkloadSpec",
     "metric_names",
     "parse_value",
+    "spec_metric_names",
 ]
 
 Scalar: TypeAlias = StrictBool | StrictInt | StrictFloat | StrictStr | None
@@ -209,6 +212,12 @@ class NodeSpec(_Model):
     request_timeout_s: float = Field(120.0, gt=0)
     sim_profile: str | None = None
     sglang_version: str = "0.5.23"
+    cost_per_hour: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="What one node costs per hour (any currency, read as USD in the report).",
+    )
 
     @field_validator("env")
     @classmethod
@@ -234,6 +243,22 @@ class NodeSpec(_Model):
         return self.launch or ("python", "-m", "sglang.launch_server")
 
 
+class GoodputSpec(_Model):
+    """`workload.goodput`: the concurrency range the SLA bisection searches within one boot."""
+
+    min_concurrency: int = Field(1, gt=0, description="Lowest level tried.")
+    max_concurrency: int = Field(64, gt=0, description="Highest level tried.")
+
+    @model_validator(mode="after")
+    def _range(self) -> Self:
+        if self.min_concurrency > self.max_concurrency:
+            raise ValueError(
+                f"min_concurrency {self.min_concurrency} > max_concurrency "
+                f"{self.max_concurrency}: swap them"
+            )
+        return self
+
+
 class WorkloadSpec(_Model):
     """`workload`: the prompts sent to each server and at what concurrency."""
 
@@ -247,6 +272,35 @@ class WorkloadSpec(_Model):
     concurrency: tuple[int, ...] = Field((1,), description="A number or a list of levels.")
     warmup_prompts: int = Field(2, ge=0)
     seed: int = 0
+    sla: dict[str, float] = Field(
+        default_factory=dict,
+        description="Upper bounds on level metrics (e.g. ttft_p99_ms: 2000) the goodput "
+        "bisection must meet.",
+    )
+    goodput: GoodputSpec | None = Field(
+        None, description="Find the highest concurrency meeting `sla` (needs `sla`)."
+    )
+
+    @field_validator("sla")
+    @classmethod
+    def _sla_metrics(cls, sla: dict[str, float]) -> dict[str, float]:
+        for name, bound in sla.items():
+            if name not in LEVEL_METRICS:
+                raise ValueError(
+                    f"sla metric {name!r} is not a level metric: use one of "
+                    + ", ".join(LEVEL_METRICS)
+                )
+            if not math.isfinite(bound) or bound <= 0:
+                raise ValueError(f"sla bound {name}: {bound} must be a positive number")
+        return sla
+
+    @model_validator(mode="after")
+    def _goodput_needs_sla(self) -> Self:
+        if self.goodput is not None and not self.sla:
+            raise ValueError(
+                "'goodput' needs 'sla' (e.g. sla: {itl_p99_ms: 50}) to know when a level holds"
+            )
+        return self
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -270,6 +324,20 @@ class WorkloadSpec(_Model):
     def multi_level(self) -> bool:
         """Whether metrics carry `_c<N>` suffixes."""
         return len(self.concurrency) > 1
+
+
+class QualitySpec(_Model):
+    """`quality`: the output-quality gate (greedy outputs compared with the baseline's)."""
+
+    num_prompts: int = Field(8, gt=0, description="Builtin prompts decoded greedily.")
+    tokens: int = Field(32, gt=0, description="First N output tokens compared per prompt.")
+    min_agreement: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Least mean token agreement with the baseline; below it the trial is "
+        "wrong_output. Conservative default, not yet measured on a real GPU (README).",
+    )
 
 
 class BoundSpec(_Model):
@@ -346,6 +414,9 @@ class SweepSpec(_Model):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     searcher: SearcherSpec = Field(default_factory=SearcherSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    quality: QualitySpec | None = Field(
+        None, description="Output-quality gate; off when absent (README, 'Output quality')."
+    )
     source: str = Field("", description="Set by load_spec: the YAML file it came from.")
 
     @field_validator("name")
@@ -372,14 +443,33 @@ class SweepSpec(_Model):
 # Loading
 
 
-def metric_names(workload: WorkloadSpec) -> list[str]:
-    """Every metric name a trial of this workload can report (docs/design.md, "MLflow layout")."""
+def metric_names(workload: WorkloadSpec, *, cost: bool = False, quality: bool = False) -> list[str]:
+    """Every metric name a trial of this workload can report (docs/design.md, "MLflow layout").
+
+    Args:
+        workload: The workload (levels, goodput).
+        cost: `node.cost_per_hour` is set: trials report `usd_per_million_tokens`.
+        quality: the quality gate is on: trials report `quality_agreement`.
+    """
     names = list(BASE_METRICS)
     if workload.multi_level:
         names += [f"{m}_c{c}" for c in workload.concurrency for m in LEVEL_METRICS]
     else:
         names += list(LEVEL_METRICS)
+    if workload.goodput is not None:
+        names += ["goodput_concurrency", "goodput_throughput"]
+    if cost:
+        names.append("usd_per_million_tokens")
+    if quality:
+        names.append("quality_agreement")
     return names
+
+
+def spec_metric_names(spec: SweepSpec) -> list[str]:
+    """`metric_names` of a whole spec (its workload, node cost and quality gate)."""
+    return metric_names(
+        spec.workload, cost=spec.node.cost_per_hour is not None, quality=spec.quality is not None
+    )
 
 
 def parse_value(text: str) -> Scalar:

@@ -29,7 +29,7 @@ from spec_sweep.spec import (
     Scalar,
     SweepSpec,
     _FragmentSpec,
-    metric_names,
+    spec_metric_names,
 )
 
 __all__ = ["load_spec"]
@@ -328,7 +328,7 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
             fail(f"baseline.{key}", f"{value!r} is not a value this parameter can take")
     _check_baseline_complete(fail, spec)
 
-    valid = metric_names(spec.workload)
+    valid = spec_metric_names(spec)
     if spec.objective.metric not in valid:
         fail(
             "objective.metric",

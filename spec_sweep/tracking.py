@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,6 +284,7 @@ class Tracker:
         log_path: str | Path | None = None,
         bench_path: str | Path | None = None,
         extra_tags: Mapping[str, str] | None = None,
+        artifacts: Sequence[Path] = (),
     ) -> bool:
         """Log a trial's outcome and artifacts, then close its child run as FINISHED.
 
@@ -314,6 +315,9 @@ class Tracker:
             self.client.log_text(run_id, redact(text, self.secrets), "server.log")
         if bench_path is not None and Path(bench_path).is_file():
             self.client.log_artifact(run_id, str(bench_path))
+        for path in artifacts:  # goodput.json, quality.json
+            if path.is_file():
+                self.client.log_artifact(run_id, str(path))
         self.client.set_terminated(run_id, status="FINISHED")
         return True
 

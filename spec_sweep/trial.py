@@ -22,9 +22,11 @@ from typing import Any
 from spec_sweep import gpu
 from spec_sweep.client import BenchResult, run_benchmark_sync
 from spec_sweep.failures import FailureMode, classify
+from spec_sweep.goodput import GoodputResult, find_goodput
 from spec_sweep.metrics import bench_metrics
 from spec_sweep.ports import choose_server_port
 from spec_sweep.procs import group_pids
+from spec_sweep.quality import QualityCheck, check_quality
 from spec_sweep.server import ServerProcess, launch_server
 from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
@@ -149,6 +151,7 @@ def run_trial(
     deadline = server.started + spec.budget.trial_timeout_s
     sampler = gpu.PeakMemorySampler(interval_s=0.5) if use_gpus else None
     bench: BenchResult | None = None
+    extras: _Extras = _Extras()
     exit_code: int | None = None
     timed_out = False
     released: bool | None = None
@@ -159,7 +162,9 @@ def run_trial(
         ready = server.wait_ready(timeout_s=boot_timeout)
         exit_code = ready.exit_code
         if ready.ready:
-            bench, exit_code, timed_out = _benchmark(spec, server, deadline=deadline)
+            bench, extras, exit_code, timed_out = _benchmark(
+                spec, server, deadline=deadline, trial_dir=trial_dir, trial_id=trial_id
+            )
     finally:
         pids = group_pids(server.pgid)
         if exit_code is None and not server.stopped:
@@ -180,22 +185,35 @@ def run_trial(
         exit_code=exit_code,
         ready=ready.ready,
         boot_timed_out=ready.timed_out,
-        bench_hung=bool(bench is not None and bench.hung) or timed_out,
+        bench_hung=bool(bench is not None and bench.hung)
+        or bool(extras.goodput is not None and extras.goodput.hung)
+        or timed_out,
         bench_error=bench_error,
     )
+    mode, reason = outcome.mode, outcome.reason
+    if extras.quality is not None:
+        if mode is FailureMode.NONE and not extras.quality.passed:
+            mode, reason = FailureMode.WRONG_OUTPUT, f"wrong output: {extras.quality.reason}"
+        elif mode is FailureMode.NONE and extras.quality.agreement is None:
+            reason = f"{reason} ({extras.quality.reason})" if reason else extras.quality.reason
     metrics: dict[str, float] = {}
     if ready.ready:
         metrics["boot_s"] = round(ready.boot_s, 3)
     if bench is not None:
         metrics.update(bench_metrics(bench, multi_level=spec.workload.multi_level))
         _write_bench(trial_dir / "bench.json", bench)
+    if extras.goodput is not None:
+        metrics.update(extras.goodput.metrics())
+        _write_goodput(trial_dir / GOODPUT_NAME, extras.goodput)
+    if extras.quality is not None and extras.quality.agreement is not None:
+        metrics["quality_agreement"] = round(extras.quality.agreement, 4)
     if sampler is not None and sampler.peak_gib is not None:
         metrics["gpu_mem_peak_gib"] = round(sampler.peak_gib, 3)
     return TrialResult(
         trial_id=trial_id,
         config=config,
-        failure_mode=outcome.mode,
-        reason=outcome.reason,
+        failure_mode=mode,
+        reason=reason,
         metrics=metrics,
         command=command.argv,
         env=dict(command.env),
@@ -209,24 +227,57 @@ def run_trial(
     )
 
 
+@dataclass(frozen=True)
+class _Extras:
+    """What runs after the benchmark in the same boot: the goodput search, the quality gate."""
+
+    goodput: GoodputResult | None = None
+    quality: QualityCheck | None = None
+
+
 def _benchmark(
-    spec: SweepSpec, server: ServerProcess, *, deadline: float
-) -> tuple[BenchResult | None, int | None, bool]:
-    """Run the benchmark in a thread while watching the log, the process and the deadline.
+    spec: SweepSpec,
+    server: ServerProcess,
+    *,
+    deadline: float,
+    trial_dir: Path,
+    trial_id: str,
+) -> tuple[BenchResult | None, _Extras, int | None, bool]:
+    """Run the benchmark (then goodput and quality) in a thread, watching log, process, deadline.
 
     Returns:
-        The benchmark result (None if it did not finish), the server's exit code if it exited
-        on its own, and whether the trial deadline passed.
+        The benchmark result (None if it did not finish), the goodput search and quality check
+        (when the spec asks and the benchmark finished cleanly), the server's exit code if it
+        exited on its own, and whether the trial deadline passed.
     """
-    box: dict[str, BenchResult] = {}
+    box: dict[str, Any] = {}
 
     def work() -> None:
-        box["bench"] = run_benchmark_sync(
+        bench = box["bench"] = run_benchmark_sync(
             server.base_url,
             spec.workload,
             model_path=spec.node.model,
             request_timeout_s=spec.node.request_timeout_s,
         )
+        if bench.hung or bench.error_count:
+            return
+        if spec.workload.goodput is not None:
+            box["goodput"] = find_goodput(
+                server.base_url,
+                spec.workload,
+                model_path=spec.node.model,
+                request_timeout_s=spec.node.request_timeout_s,
+            )
+            if box["goodput"].hung:
+                return
+        if spec.quality is not None:
+            box["quality"] = check_quality(
+                server.base_url,
+                spec.quality,
+                trial_dir=trial_dir,
+                trial_id=trial_id,
+                request_timeout_s=spec.node.request_timeout_s,
+            )
 
     thread = threading.Thread(target=work, name="benchmark", daemon=True)
     thread.start()
@@ -249,7 +300,16 @@ def _benchmark(
         # Stop the server so the client's requests fail fast, then collect what it measured.
         server.stop(grace_s=2.0)
         thread.join(timeout=10.0)
-    return box.get("bench"), exit_code, timed_out
+    extras = _Extras(goodput=box.get("goodput"), quality=box.get("quality"))
+    return box.get("bench"), extras, exit_code, timed_out
+
+
+#: The goodput search's levels, in the trial folder and its MLflow run.
+GOODPUT_NAME = "goodput.json"
+
+
+def _write_goodput(path: Path, goodput: GoodputResult) -> None:
+    path.write_text(json.dumps(asdict(goodput), indent=1))
 
 
 def _write_bench(path: Path, bench: BenchResult) -> None:

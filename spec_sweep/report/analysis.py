@@ -73,6 +73,10 @@ _UNITS = {
     "speedup_vs_baseline": "x",
     "boot_s": "s",
     "gpu_mem_peak_gib": "GiB",
+    "usd_per_million_tokens": "$ per million output tokens",
+    "goodput_concurrency": "requests in flight within the SLA",
+    "goodput_throughput": "tok/s within the SLA",
+    "quality_agreement": "fraction of greedy tokens matching the baseline",
 }
 
 

@@ -72,6 +72,7 @@ _MODE_STYLE: dict[FailureMode, tuple[str, str]] = {
     FailureMode.CRASH: ("x", "#17becf"),
     FailureMode.HANG: ("^", "#ff7f0e"),
     FailureMode.BENCH_ERROR: ("*", "#1f3a93"),
+    FailureMode.WRONG_OUTPUT: ("p", "#000000"),
     FailureMode.NODE_LOST: ("h", "#aaaaaa"),
     FailureMode.ENVIRONMENT: ("8", "#555555"),
 }

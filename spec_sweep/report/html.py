@@ -19,6 +19,7 @@ from typing import Any
 import jinja2
 
 from spec_sweep.failures import FailureMode
+from spec_sweep.loads import per_load_answer, sweep_cost
 from spec_sweep.progress import config_summary
 from spec_sweep.report.analysis import (
     CSV_NAME,
@@ -118,6 +119,8 @@ def render_html(
         speculative=_speculative(a),
         top=_top(a),
         source=Path(spec.source).name or "SWEEP.yaml",
+        loads=per_load_answer(spec, a.records),
+        cost=sweep_cost(spec, a.records),
         csv_name=CSV_NAME,
     )
 

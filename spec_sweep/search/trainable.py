@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spec_sweep.backends import TrialBackend
+from spec_sweep.cost import cost_metrics
 from spec_sweep.errors import TrialError
 from spec_sweep.failures import FailureMode
 from spec_sweep.search.cluster import node_id
@@ -190,6 +191,7 @@ def _finish(
                     else _baseline_value(ctx)
                 )
                 metrics.update(speedup_metrics(ctx.backend.spec, metrics, base))
+                metrics.update(cost_metrics(ctx.backend.spec, metrics))
             _record(ctx.tracker, run_id, result, metrics, trial_dir)
             break
         except Exception as exc:
@@ -274,6 +276,7 @@ def _record(
         extra_tags={"spec_sweep.log_excerpt": result.log_excerpt[-4000:]}
         if result.log_excerpt
         else None,
+        artifacts=[trial_dir / "goodput.json", trial_dir / "quality.json"],
     )
 
 

@@ -98,6 +98,8 @@ class SimOptions:
         skip_server_warmup: ``--skip-server-warmup``.
         incremental_streaming_output: ``--incremental-streaming-output``.
         server_args: Every parsed SGLang flag by dest (for ``/server_info`` and the log).
+        corrupt_output: A flag named by ``--sim-corrupt-output`` is set: greedy outputs go
+            wrong after two tokens (a kernel bug that changes what the model says).
     """
 
     profile: str
@@ -112,6 +114,7 @@ class SimOptions:
     skip_server_warmup: bool = False
     incremental_streaming_output: bool = False
     server_args: dict[str, Any] = field(default_factory=dict)
+    corrupt_output: bool = False
 
 
 def flavor_of(manifest: FlagManifest) -> Flavor:
@@ -228,6 +231,14 @@ def _add_sim_flags(environ: Mapping[str, str]) -> Any:
             action="append",
             default=[f for f in [environ.get("SPEC_SWEEP_SIM_FAULT", "")] if f],
             help="inject a fault: " + ", ".join(FAULT_KINDS) + " [SPEC_SWEEP_SIM_FAULT]",
+        )
+        group.add_argument(
+            "--sim-corrupt-output",
+            action="append",
+            metavar="FLAG[=VALUE]",
+            default=[f for f in environ.get("SPEC_SWEEP_SIM_CORRUPT_OUTPUT", "").split(",") if f],
+            help="greedy outputs go wrong when this SGLang flag is set (to this value) "
+            "[SPEC_SWEEP_SIM_CORRUPT_OUTPUT, comma-separated]",
         )
 
     return extra
@@ -347,6 +358,7 @@ def parse_command_line(
         grpc_port_env=_env_int(environ, "SGLANG_GRPC_PORT"),
     )
     server_args = {k: v for k, v in vars(ns).items() if not k.startswith("sim_")}
+    corrupt = any(_flag_matches(server_args, item) for item in ns.sim_corrupt_output)
     options = SimOptions(
         profile=str(ns.sim_profile),
         time_scale=float(ns.sim_time_scale),
@@ -360,5 +372,15 @@ def parse_command_line(
         skip_server_warmup=flags.bool_("skip-server-warmup"),
         incremental_streaming_output=flags.bool_("incremental-streaming-output"),
         server_args=server_args,
+        corrupt_output=corrupt,
     )
     return options, config
+
+
+def _flag_matches(server_args: Mapping[str, Any], item: str) -> bool:
+    """Whether ``FLAG`` is set (truthy), or ``FLAG=VALUE`` has that value, in the parsed args."""
+    name, sep, wanted = item.partition("=")
+    value = server_args.get(name.strip().lstrip("-").replace("-", "_"))
+    if not sep:
+        return bool(value)
+    return value is not None and str(value) == wanted.strip()

@@ -14,6 +14,7 @@ queue as ready-made JSON, one item per step.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import time
@@ -166,6 +167,13 @@ class GenRequest:
     rng: random.Random | None = None
     reserved_tokens: int = 0
     finished: bool = False
+    greedy_key: str | None = None
+    corrupt_after: int | None = None
+
+
+def _stable_seed(text: str) -> int:
+    """A seed that is the same in every process (unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
 class Engine:
@@ -219,7 +227,11 @@ class Engine:
 
     def submit(self, request: GenRequest) -> None:
         """Queue a request for admission."""
-        request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
+        if request.greedy_key is not None:
+            # Greedy decoding (temperature 0) is a function of the prompt alone.
+            request.rng = random.Random(_stable_seed(request.greedy_key))
+        else:
+            request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
         if self.perf.spec is not None:
             request.sampler = self.perf.sampler(request.index, natural=request.natural)
             request.histogram = [0] * ((self.perf.spec.steps or 0) + 1)
@@ -296,6 +308,9 @@ class Engine:
         pieces: list[str] = []
         ids: list[str] = []
         for _ in range(count):
+            if req.corrupt_after is not None and req.generated + len(ids) == req.corrupt_after:
+                # The --sim-corrupt-output fault: from here on the outputs are wrong.
+                rng = req.rng = random.Random(_stable_seed(f"corrupt:{req.greedy_key}"))
             token = rng.randrange(self._vocab)
             word = _WORDS[token % len(_WORDS)]
             pieces.append(word if not req.text and not pieces else " " + word)

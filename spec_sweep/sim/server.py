@@ -48,9 +48,21 @@ _ABORT_MESSAGE = (
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+#: Greedy tokens a configuration with ``--sim-corrupt-output`` gets right before it goes wrong.
+_CORRUPT_AFTER = 2
+
+
 def _count_tokens(text: str) -> int:
     """Prompt length of a text (about 4 bytes per token, like BPE tokenizers on English)."""
     return max(1, round(len(text.encode("utf-8")) / 4))
+
+
+def _prompt_keys(text: Any, ids: Any) -> list[str | None]:
+    """One key per prompt of a greedy request: its text, or its token ids."""
+    if text is not None:
+        return [str(t) for t in (text if isinstance(text, list) else [text])]
+    batch = ids if ids and isinstance(ids[0], list) else [ids]
+    return [json.dumps(x) for x in batch]
 
 
 def _looks_random(ids: Sequence[int]) -> bool:
@@ -285,9 +297,13 @@ class SimServer:
         max_new_tokens: int,
         natural: bool,
         stream: bool = False,
+        greedy_key: str | None = None,
     ) -> GenRequest:
         index = self.engine.next_index()
+        corrupt = self.options.corrupt_output and greedy_key is not None
         return GenRequest(
+            greedy_key=greedy_key,
+            corrupt_after=_CORRUPT_AFTER if corrupt else None,
             rid=rid or uuid.uuid4().hex,
             prompt_tokens=prompt_tokens,
             max_new_tokens=max_new_tokens,
@@ -368,6 +384,8 @@ class SimServer:
         if self.options.faults.request_error:
             return await self._fault_error(request, stream=stream)
         rid = body.get("rid") if isinstance(body.get("rid"), str) else None
+        greedy = params.get("temperature", 1.0) == 0
+        keys = _prompt_keys(text, ids) if greedy else [None] * len(prompts)
         reqs = [
             self._new_request(
                 rid if len(prompts) == 1 else None,
@@ -375,8 +393,9 @@ class SimServer:
                 max_new_tokens=max_new,
                 natural=natural,
                 stream=stream,
+                greedy_key=key,
             )
-            for p, natural in prompts
+            for (p, natural), key in zip(prompts, keys, strict=True)
         ]
         for req in reqs:
             self.engine.submit(req)

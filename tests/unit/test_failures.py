@@ -648,6 +648,7 @@ def test_failure_mode_values() -> None:
         "crash",
         "hang",
         "bench_error",
+        "wrong_output",
         "node_lost",
         "environment",
     ]

@@ -1,0 +1,61 @@
+"""The quality gate's noise floor on a real GPU: greedy agreement of the baseline with itself.
+
+The default `quality.min_agreement` (0.5) is a conservative guess, not a measurement. This test
+measures what the default should rest on: the token agreement of the baseline's greedy outputs
+across fresh boots, and with benign flags that change kernels (a smaller CUDA-graph batch, no
+custom all-reduce). It writes the agreements to `results/quality-agreement.json` under
+`$SPEC_SWEEP_REAL_OUT` and asserts only what must hold for the gate to be usable: a benign
+configuration never falls below the default. It runs on real SGLang and a GPU (the
+`real_sglang` marker of tests/real/conftest.py); with dummy weights (the matrix's model) it
+measures kernel determinism, not a real model's near-ties: repeat it with real weights
+(`node.model`) before choosing a tighter default.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from real_harness import MATRIX
+
+from spec_sweep.failures import FailureMode
+from spec_sweep.space import resolve_config
+from spec_sweep.spec import QualitySpec
+from spec_sweep.spec_load import load_spec
+from spec_sweep.trial import run_trial
+
+_BENIGN = {
+    "baseline-again": {},
+    "graph-bs-4": {"cuda-graph-max-bs": 4},
+    "no-custom-allreduce": {"disable-custom-all-reduce": True},
+}
+
+
+def test_baseline_agrees_with_itself_across_boots_and_benign_flags(
+    model: Path, out_dir: Path, tmp_path: Path
+) -> None:
+    del model  # made by the fixture
+    spec = load_spec(MATRIX)
+    spec = spec.model_copy(update={"quality": QualitySpec(num_prompts=16, tokens=64)})
+    trials = tmp_path / "trials"
+    base = run_trial(
+        spec,
+        resolve_config(spec, {}, what="baseline"),
+        trial_dir=trials / "t0000" / "attempt1",
+        trial_id="t0000",
+    )
+    assert base.failure_mode is FailureMode.NONE, base.reason
+    found: dict[str, float | None] = {}
+    for i, (name, sets) in enumerate(_BENIGN.items(), start=1):
+        trial_id = f"t{i:04d}"
+        result = run_trial(
+            spec,
+            resolve_config(spec, sets, what=name),
+            trial_dir=trials / trial_id / "attempt1",
+            trial_id=trial_id,
+        )
+        found[name] = result.metrics.get("quality_agreement")
+        print(f"{name}: agreement {found[name]} ({result.failure_mode.value}: {result.reason})")
+        assert result.failure_mode is FailureMode.NONE, result.reason
+    (out_dir / "results" / "quality-agreement.json").write_text(json.dumps(found, indent=1))
+    assert all(v is not None and v >= QualitySpec().min_agreement for v in found.values()), found
