@@ -317,6 +317,16 @@ class BudgetSpec(_Model):
         description="Answer a configuration already measured on the same node fingerprint (in "
         "any sweep of the MLflow store) from that record instead of launching it again.",
     )
+    confirm: int = Field(
+        3,
+        ge=0,
+        description="After the search budget, boot the top N configurations again, interleaved, "
+        "and declare the winner on the pooled boots (0: off; docs/design.md, 'Confirmation').",
+    )
+    confirm_repeats: int = Field(2, ge=1, description="Extra boots of each confirmed config.")
+    remeasure_baseline: bool = Field(
+        True, description="Boot the baseline again at the end and report drift beyond noise."
+    )
 
 
 class SearcherSpec(_Model):
