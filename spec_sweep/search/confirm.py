@@ -134,13 +134,17 @@ def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
     """
     top = _ranked(spec, records)[: spec.budget.confirm]
     boots: list[tuple[str, Config]] = []
+    n_base = 0
     if len(top) >= 2:
         for n in range(1, spec.budget.confirm_repeats + 1):
             boots += [(repeat_id(r.trial_id, n), r.config) for r in top]
+        if any(r.trial_id == BASELINE_ID for r in top):
+            n_base = spec.budget.confirm_repeats
     finished = latest_finished(records)
     base = finished.get(BASELINE_ID)
     if spec.budget.remeasure_baseline and base is not None and _feasible(spec, base):
-        boots.append((repeat_id(BASELINE_ID, 1), base.config))
+        # The drift check is always the baseline's last boot, after everything else.
+        boots.append((repeat_id(BASELINE_ID, n_base + 1), base.config))
     attempts: dict[str, int] = {}
     for record in records:
         attempts[record.trial_id] = attempts.get(record.trial_id, 0) + 1
@@ -246,15 +250,15 @@ def verdict(spec: SweepSpec, records: Sequence[TrialRecord]) -> Verdict | None:
         for r in latest_finished(search_records(records)).values()
         if r.failure_mode is not FailureMode.NONE
     ]
+    top = {r.trial_id for r in _ranked(spec, records)[: spec.budget.confirm]}
     pools: dict[str, list[float]] = {}
-    for record in finished.values():
+    for record in sorted(finished.values(), key=lambda r: (r.start_time, r.trial_id)):
         origin = repeated_of(record.trial_id)
-        if origin == BASELINE_ID and is_repeat(record.trial_id):
-            continue  # the baseline's re-measure is the drift check, not a candidate's boot
-        if any(r.trial_id != origin and repeated_of(r.trial_id) == origin for r in repeats):
-            value = objective_value(spec, record.metrics)
-            if _feasible(spec, record) and value is not None:
-                pools.setdefault(origin, []).append(value)
+        if origin not in top or not any(repeated_of(r.trial_id) == origin for r in repeats):
+            continue
+        value = objective_value(spec, record.metrics)
+        if _feasible(spec, record) and value is not None:
+            pools.setdefault(origin, []).append(value)
     # Between-boot spread, pooled over the candidates on a relative scale.
     ss, df = 0.0, 0
     for values in pools.values():
@@ -347,8 +351,12 @@ def _drift(
     rel_sd: float | None,
     t: float | None,
 ) -> Drift | None:
-    first, again = finished.get(BASELINE_ID), finished.get(repeat_id(BASELINE_ID, 1))
-    if first is None or again is None:
+    boots = [t for t in finished if is_repeat(t) and repeated_of(t) == BASELINE_ID]
+    if not boots:
+        return None
+    last = max(boots, key=lambda t: int(t.rsplit(_SEP, 1)[1]))
+    first, again = finished.get(BASELINE_ID), finished[last]
+    if first is None:
         return None
     a, b = objective_value(spec, first.metrics), objective_value(spec, again.metrics)
     if a is None or b is None or a <= 0:
