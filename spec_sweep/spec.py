@@ -323,7 +323,7 @@ class BudgetSpec(_Model):
         description="After the search budget, boot the top N configurations again, interleaved, "
         "and declare the winner on the pooled boots (0: off; docs/design.md, 'Confirmation').",
     )
-    confirm_repeats: int = Field(2, ge=1, description="Extra boots of each confirmed config.")
+    confirm_repeats: int = Field(3, ge=1, description="Extra boots of each confirmed config.")
     remeasure_baseline: bool = Field(
         True, description="Boot the baseline again at the end and report drift beyond noise."
     )

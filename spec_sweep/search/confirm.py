@@ -10,7 +10,9 @@ prompts, separate close configurations. This module plans and judges those boots
   `budget.confirm_repeats` times each, interleaved (A B C A B C), then the baseline once more
   (drift). Repeats have their own trial ids, `<trial id>.r<n>`, run through the same trial path
   and are tagged `spec_sweep.confirms=<trial id>` in MLflow.
-- `verdict`: each candidate's boots are pooled (mean); the between-boot spread is pooled over
+- `verdict`: each candidate's boots are pooled (mean; with two or more confirmation boots each,
+  only those: the search measurement that put it in the top is biased upward by selection,
+  the winner's curse); the between-boot spread is pooled over
   the candidates (relative sd, `k * (n - 1)` degrees of freedom) and gives each mean a 95% t
   interval. The best pooled mean wins outright only if a t test of its difference to every
   other candidate rejects equality; otherwise the result is a "tie within noise" and the
@@ -251,11 +253,17 @@ def verdict(spec: SweepSpec, records: Sequence[TrialRecord]) -> Verdict | None:
         if r.failure_mode is not FailureMode.NONE
     ]
     top = {r.trial_id for r in _ranked(spec, records)[: spec.budget.confirm]}
+    # A candidate is in the top because its search measurement was high, partly by luck; pooling
+    # that measurement biases every candidate up by its luck. With two or more fresh boots each,
+    # only the fresh boots are pooled.
+    fresh_only = spec.budget.confirm_repeats >= 2
     pools: dict[str, list[float]] = {}
     for record in sorted(finished.values(), key=lambda r: (r.start_time, r.trial_id)):
         origin = repeated_of(record.trial_id)
         if origin not in top or not any(repeated_of(r.trial_id) == origin for r in repeats):
             continue
+        if record.trial_id == origin and fresh_only:
+            continue  # selected for being high: biased upward (the winner's curse)
         value = objective_value(spec, record.metrics)
         if _feasible(spec, record) and value is not None:
             pools.setdefault(origin, []).append(value)
