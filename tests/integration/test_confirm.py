@@ -82,3 +82,10 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
         p.parent.parent.name for p in outcome.state.path.glob("trials/*/*/command.txt")
     )
     assert len(launched) == 6  # three search trials + three confirmation boots, each launched
+    assert outcome.report is not None
+    html = outcome.report.read_text()
+    assert "<h2>Confirmation</h2>" in html
+    assert verdict.label in html
+    assert "confirmation boot(s) after the search budget" in html
+    csv_rows = (outcome.report.parent / "trials.csv").read_text().strip().splitlines()
+    assert len(csv_rows) == 1 + 3  # the replay table holds the search's trials only
