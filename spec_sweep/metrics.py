@@ -23,6 +23,8 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from spec_sweep.spec import INTERVAL_METRICS
+
 if TYPE_CHECKING:
     from spec_sweep.client import BenchResult, LevelResult
 
@@ -39,8 +41,6 @@ __all__ = [
 #: Suffixes of a metric's 95% interval bounds.
 CI_LOW = "_ci_low"
 CI_HIGH = "_ci_high"
-#: Level metrics that get an interval.
-INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")
 _RESAMPLES = 400
 _LEVEL = 0.95
 

@@ -29,6 +29,8 @@ from pydantic import (
 
 __all__ = [
     "BASE_METRICS",
+    "INTERVAL_METRICS",
+    "INTERVAL_NAMES",
     "LEVEL_METRICS",
     "BudgetSpec",
     "NodeSpec",
@@ -57,6 +59,12 @@ LEVEL_METRICS: tuple[str, ...] = (
     "itl_p99_ms",
     "decode_speed_p50",
     "accept_length",
+)
+#: Level metrics that also get a 95% within-boot interval, `<metric>_ci_low` / `_ci_high`.
+INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")
+#: The interval metrics' names, per level metric of `INTERVAL_METRICS`.
+INTERVAL_NAMES: tuple[str, ...] = tuple(
+    f"{m}{s}" for m in INTERVAL_METRICS for s in ("_ci_low", "_ci_high")
 )
 #: Metrics measured once per trial.
 BASE_METRICS: tuple[str, ...] = ("speedup_vs_baseline", "boot_s", "gpu_mem_peak_gib")
@@ -385,10 +393,11 @@ class SweepSpec(_Model):
 def metric_names(workload: WorkloadSpec) -> list[str]:
     """Every metric name a trial of this workload can report (docs/design.md, "MLflow layout")."""
     names = list(BASE_METRICS)
+    level = [*LEVEL_METRICS, *INTERVAL_NAMES]
     if workload.multi_level:
-        names += [f"{m}_c{c}" for c in workload.concurrency for m in LEVEL_METRICS]
+        names += [f"{m}_c{c}" for c in workload.concurrency for m in level]
     else:
-        names += list(LEVEL_METRICS)
+        names += level
     return names
 
 
