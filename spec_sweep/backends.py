@@ -151,6 +151,35 @@ class SimBackend(SGLangBackend):
         """The simulated profile."""
         return f"sim:{self.spec.node.sim_profile}"
 
+    def run(
+        self,
+        config: Mapping[str, Any],
+        *,
+        trial_dir: Path,
+        trial_id: str = "trial",
+        node_id: str | None = None,
+        on_launch: Callable[[ServerProcess], None] | None = None,
+    ) -> TrialResult:
+        """As `SGLangBackend.run`; every trial is a fresh boot with its own run-to-run noise.
+
+        The simulated node draws its run-to-run noise per boot id (`SPEC_SWEEP_SIM_BOOT_ID`):
+        the searcher's seed and the trial id, so a confirmation repeat of a configuration
+        measures differently from its first boot, and the same sweep reproduces exactly.
+        """
+        env = {"SPEC_SWEEP_SIM_BOOT_ID": f"{self.spec.searcher.seed}/{trial_id}"}
+        env.update(self.extra_env)
+        return run_trial(
+            self.spec,
+            config,
+            trial_dir=trial_dir,
+            trial_id=trial_id,
+            simulate=True,
+            extra_env=env,
+            grace_s=self.grace_s,
+            on_launch=on_launch,
+            node_id=node_id,
+        )
+
 
 @dataclass(frozen=True)
 class ReplayBackend:

@@ -7,18 +7,42 @@ workload runs several concurrency levels. It follows SGLang's `bench_serving.py`
 requests count, percentiles interpolate linearly between closest ranks (numpy's default), and
 token counts are the server's. A metric that cannot be measured is left out, never NaN. Pure
 standard library, no I/O.
+
+Each level's throughputs also get a 95% interval from its per-request figures
+(`output_throughput_ci_low`, `output_throughput_ci_high`, the same for `request_throughput`): a
+seeded bootstrap over the level's successful requests of the ratio (tokens or requests) / (summed
+request latency), applied to the measured throughput. It says how well this boot's throughput is
+known; it cannot see boot-to-boot spread, which only repeated boots measure
+(`search.confirm`).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from spec_sweep.spec import INTERVAL_METRICS
 
 if TYPE_CHECKING:
     from spec_sweep.client import BenchResult, LevelResult
 
-__all__ = ["bench_metrics", "level_metrics", "percentile"]
+__all__ = [
+    "CI_HIGH",
+    "CI_LOW",
+    "INTERVAL_METRICS",
+    "bench_metrics",
+    "level_intervals",
+    "level_metrics",
+    "percentile",
+]
+
+#: Suffixes of a metric's 95% interval bounds.
+CI_LOW = "_ci_low"
+CI_HIGH = "_ci_high"
+_RESAMPLES = 400
+_LEVEL = 0.95
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -103,6 +127,51 @@ def level_metrics(level: LevelResult) -> dict[str, float]:
     return {name: value for name, value in metrics.items() if math.isfinite(value)}
 
 
+def level_intervals(level: LevelResult, metrics: dict[str, float]) -> dict[str, float]:
+    """95% intervals of a level's throughputs, from a bootstrap over its requests.
+
+    A level's throughput is (tokens) / (wall time), and with a steady concurrency the wall time
+    is proportional to the summed request latency, so the throughput is a ratio estimator: the
+    bootstrap resamples the successful requests (seeded, 400 times), takes the ratio
+    sum(tokens) / sum(latency) of each resample, and scales the measured throughput by the
+    2.5th and 97.5th percentiles of (resampled ratio / measured ratio).
+
+    Args:
+        level: The level's records.
+        metrics: `level_metrics(level)` (unsuffixed names).
+
+    Returns:
+        `<metric>_ci_low`, `<metric>_ci_high` for the metrics of `INTERVAL_METRICS` that were
+        measured; empty when fewer than two requests succeeded.
+    """
+    ok = [o for o in level.outputs if o.error is None and o.latency_s > 0]
+    if len(ok) < 2 or level.hung:
+        return {}
+    lat = [o.latency_s for o in ok]
+    numerators = {
+        "output_throughput": [float(o.output_tokens) for o in ok],
+        "request_throughput": [1.0] * len(ok),
+    }
+    rng = random.Random(len(ok))
+    draws = [[rng.randrange(len(ok)) for _ in ok] for _ in range(_RESAMPLES)]
+    out: dict[str, float] = {}
+    total_lat = sum(lat)
+    tail = (1.0 - _LEVEL) / 2.0 * 100.0
+    for name in INTERVAL_METRICS:
+        value = metrics.get(name)
+        num = numerators[name]
+        if value is None or sum(num) <= 0:
+            continue
+        ratio = sum(num) / total_lat
+        rel = [sum(num[i] for i in d) / sum(lat[i] for i in d) / ratio for d in draws]
+        lo, hi = percentile(rel, tail), percentile(rel, 100.0 - tail)
+        if lo is None or hi is None:
+            continue
+        out[name + CI_LOW] = value * min(lo, 1.0)
+        out[name + CI_HIGH] = value * max(hi, 1.0)
+    return out
+
+
 def bench_metrics(bench: BenchResult, *, multi_level: bool) -> dict[str, float]:
     """The level metrics of a whole benchmark, suffixed `_c<N>` when it ran several levels.
 
@@ -124,6 +193,8 @@ def bench_metrics(bench: BenchResult, *, multi_level: bool) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for level in bench.levels:
         suffix = f"_c{level.concurrency}" if multi_level else ""
-        for name, value in level_metrics(level).items():
+        measured = level_metrics(level)
+        measured.update(level_intervals(level, measured))
+        for name, value in measured.items():
             metrics[f"{name}{suffix}"] = value
     return metrics

@@ -24,6 +24,8 @@ from rich.text import Text
 
 from spec_sweep.failures import FailureMode
 from spec_sweep.loads import load_and_cost_lines
+from spec_sweep.metrics import CI_HIGH, CI_LOW
+from spec_sweep.search.confirm import Verdict
 from spec_sweep.search.objective import best_record, objective_value
 from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
@@ -70,6 +72,21 @@ class SweepSummary(Protocol):
     def report_error(self) -> str | None: ...
     @property
     def environment(self) -> str | None: ...
+    @property
+    def verdict(self) -> Verdict | None: ...
+    @property
+    def warnings(self) -> list[str]: ...
+
+
+def shown_value(metrics: Mapping[str, Any], metric: str) -> str:
+    """`1234 ±0.8%`: a metric with the half width of its 95% within-boot interval, if known."""
+    value = metrics.get(metric)
+    if not isinstance(value, int | float):
+        return ""
+    lo, hi = metrics.get(metric + CI_LOW), metrics.get(metric + CI_HIGH)
+    if isinstance(lo, int | float) and isinstance(hi, int | float) and value > 0:
+        return f"{value:.4g} ±{(hi - lo) / 2 / value:.1%}"
+    return f"{value:.4g}"
 
 
 @dataclass
@@ -168,6 +185,10 @@ class SweepProgress:
             row.result = {"failure_mode": "error", "reason": error}
         self._refresh()
 
+    def note(self, text: str) -> None:
+        """A line of news (e.g. the confirmation phase starting)."""
+        self._print(text)
+
     def _print(self, text: str) -> None:
         if self._live is not None:
             self._live.console.print(text)
@@ -194,8 +215,8 @@ class SweepProgress:
     def _line(self, row: _Row) -> str:
         metric = self._spec.objective.metric if self._spec else "output_throughput"
         mode = row.result.get("failure_mode", "?")
-        value = row.result.get(metric)
-        shown = f"{metric}={value:.4g}" if isinstance(value, int | float) else ""
+        value = shown_value(row.result, metric)
+        shown = f"{metric}={value}" if value else ""
         up = row.result.get("speedup_vs_baseline")
         up_text = f" x{up:.3f}" if isinstance(up, int | float) else ""
         return f"{row.trial_id} {mode:<15} {shown}{up_text}  {config_summary(row.config)}"
@@ -213,7 +234,6 @@ class SweepProgress:
             table.add_column(column)
         rows = sorted(self._rows.values(), key=lambda r: r.trial_id)[-_MAX_ROWS:]
         for row in rows:
-            value = row.result.get(metric)
             up = row.result.get("speedup_vs_baseline")
             mode = str(row.result.get("failure_mode", ""))
             state = row.state
@@ -224,7 +244,7 @@ class SweepProgress:
                 row.trial_id,
                 config_summary(row.config, width=48),
                 state,
-                f"{value:.4g}" if isinstance(value, int | float) else "",
+                shown_value(row.result, metric),
                 f"x{up:.3f}" if isinstance(up, int | float) else "",
                 "" if mode == "none" else mode,
                 style=style,
@@ -252,7 +272,7 @@ class SweepProgress:
             table.add_row(
                 str(rank),
                 record.trial_id,
-                f"{value:.4g}" if value is not None else "",
+                shown_value(record.metrics, metric),
                 f"x{up:.3f}" if up is not None else "",
                 config_summary(record.config, width=70),
             )
@@ -266,8 +286,15 @@ class SweepProgress:
                 )
             )
         parts += [Text(line) for line in load_and_cost_lines(spec, outcome.records)]
+        verdict = outcome.verdict
+        if verdict is not None:
+            parts += _verdict_lines(spec, verdict)
         best = best_record(spec, outcome.records)
-        if best is not None:
+        if verdict is not None and verdict.recommended is not None:
+            parts.append(Text(f"\nrecommended: {verdict.recommended.trial_id}; launch it with:"))
+            command = build_command(spec, verdict.recommended.config).shell()
+            parts.append(Text("  " + redact(command, secret_values(spec))))
+        elif best is not None:
             value = objective_value(spec, best.metrics)
             up = best.metrics.get("speedup_vs_baseline")
             parts.append(
@@ -287,6 +314,8 @@ class SweepProgress:
                 f"(spec-sweep ui, then open the experiment); state: {outcome.state.path}"
             )
         )
+        for warning in outcome.warnings:
+            parts.append(Text(f"warning: {warning}", style="yellow"))
         if outcome.report is not None:
             parts.append(Text(f"report: {outcome.report}"))
         elif outcome.report_error:
@@ -313,3 +342,34 @@ class SweepProgress:
                 Text(f"\nsearch space exhausted after {len(finished)} distinct configurations")
             )
         console.print(Group(*parts))
+
+
+def _verdict_lines(spec: SweepSpec, verdict: Verdict) -> list[Any]:
+    """The confirmation table and its verdict for the summary."""
+    metric = spec.objective.metric
+    table = Table(
+        title=f"confirmation: {verdict.spent} extra boot(s); {verdict.label} "
+        "(pooled boots, 95% interval from the between-boot spread)"
+    )
+    for column in ("trial", f"{metric} pooled", "95% interval", "boots", "flags changed"):
+        table.add_column(column)
+    for c in verdict.candidates:
+        table.add_row(
+            c.trial_id,
+            f"{c.mean:.4g}",
+            f"{c.ci_low:.4g} - {c.ci_high:.4g}",
+            ", ".join(f"{v:.4g}" for v in c.values),
+            str(c.changed_flags),
+        )
+    lines: list[Any] = [table, Text(verdict.reason)]
+    if verdict.drift is not None:
+        d = verdict.drift
+        lines.append(
+            Text(
+                f"baseline drift: {d.change:+.1%} ({d.first:.4g} -> {d.again:.4g}; noise allows "
+                f"±{d.bound:.1%})"
+                + (": the node changed under the sweep" if d.beyond_noise else ""),
+                style="yellow" if d.beyond_noise else "",
+            )
+        )
+    return lines

@@ -231,7 +231,7 @@ def export_columns(spec: SweepSpec) -> list[str]:
     per level, suffixed `_c<N>` exactly as the MLflow runs name them.
     """
     names = spec_metric_names(spec)
-    first = [n for n in names if n.startswith("output_throughput")]
+    first = [n for n in names if n.startswith("output_throughput") and "_ci_" not in n]
     second = [n for n in names if n.startswith("accept_length")]
     rest = [n for n in names if n not in first and n not in second]
     return [*spec.params, *first, *second, *rest, "failure_mode"]

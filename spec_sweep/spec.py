@@ -29,6 +29,8 @@ from pydantic import (
 
 __all__ = [
     "BASE_METRICS",
+    "INTERVAL_METRICS",
+    "INTERVAL_NAMES",
     "LEVEL_METRICS",
     "BudgetSpec",
     "GoodputSpec",
@@ -60,6 +62,12 @@ LEVEL_METRICS: tuple[str, ...] = (
     "itl_p99_ms",
     "decode_speed_p50",
     "accept_length",
+)
+#: Level metrics that also get a 95% within-boot interval, `<metric>_ci_low` / `_ci_high`.
+INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")
+#: The interval metrics' names, per level metric of `INTERVAL_METRICS`.
+INTERVAL_NAMES: tuple[str, ...] = tuple(
+    f"{m}{s}" for m in INTERVAL_METRICS for s in ("_ci_low", "_ci_high")
 )
 #: Metrics measured once per trial.
 BASE_METRICS: tuple[str, ...] = ("speedup_vs_baseline", "boot_s", "gpu_mem_peak_gib")
@@ -385,6 +393,16 @@ class BudgetSpec(_Model):
         description="Answer a configuration already measured on the same node fingerprint (in "
         "any sweep of the MLflow store) from that record instead of launching it again.",
     )
+    confirm: int = Field(
+        3,
+        ge=0,
+        description="After the search budget, boot the top N configurations again, interleaved, "
+        "and declare the winner on the pooled boots (0: off; docs/design.md, 'Confirmation').",
+    )
+    confirm_repeats: int = Field(3, ge=1, description="Extra boots of each confirmed config.")
+    remeasure_baseline: bool = Field(
+        True, description="Boot the baseline again at the end and report drift beyond noise."
+    )
 
 
 class SearcherSpec(_Model):
@@ -452,10 +470,11 @@ def metric_names(workload: WorkloadSpec, *, cost: bool = False, quality: bool = 
         quality: the quality gate is on: trials report `quality_agreement`.
     """
     names = list(BASE_METRICS)
+    level = [*LEVEL_METRICS, *INTERVAL_NAMES]
     if workload.multi_level:
-        names += [f"{m}_c{c}" for c in workload.concurrency for m in LEVEL_METRICS]
+        names += [f"{m}_c{c}" for c in workload.concurrency for m in level]
     else:
-        names += list(LEVEL_METRICS)
+        names += level
     if workload.goodput is not None:
         names += ["goodput_concurrency", "goodput_throughput"]
     if cost:

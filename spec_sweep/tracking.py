@@ -248,8 +248,9 @@ class Tracker:
         config: Mapping[str, Any],
         attempt: int = 1,
         fingerprint: str | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> str:
-        """Open a RUNNING child run for one trial attempt; returns its run id."""
+        """Open a RUNNING child run for one trial attempt (with extra `tags`); returns its id."""
         summary = ", ".join(
             f"{k.removeprefix('speculative-')}={_param_value(v)}" for k, v in config.items()
         )
@@ -264,6 +265,7 @@ class Tracker:
                 _TAG_CONFIG_HASH: config_hash(config),
                 _TAG_ATTEMPT: str(attempt),
                 **({_TAG_FINGERPRINT: fingerprint} if fingerprint else {}),
+                **(tags or {}),
             },
         )
         params = [Param(k, redact(_param_value(v), self.secrets)[:6000]) for k, v in config.items()]
@@ -327,6 +329,10 @@ class Tracker:
         self.client.log_batch(
             run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()]
         )
+
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Add tags to a (possibly finished) run."""
+        self.client.log_batch(run_id, tags=[RunTag(k, v[:5000]) for k, v in tags.items()])
 
     def kill_run(self, run_id: str, *, tags: Mapping[str, str] | None = None) -> None:
         """Close a run as KILLED (with tags saying why, if given)."""

@@ -47,7 +47,12 @@ BASE_SPEC: dict[str, Any] = {
         "warmup_prompts": 1,
     },
     "objective": {"metric": "output_throughput", "mode": "max"},
-    "budget": {"trials": 4, "trial_timeout_s": 120},
+    "budget": {
+        "trials": 4,
+        "trial_timeout_s": 120,
+        "confirm": 0,
+        "remeasure_baseline": False,
+    },
     "searcher": {"kind": "tpe", "seed": 0},
 }
 

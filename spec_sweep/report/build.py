@@ -42,6 +42,7 @@ from spec_sweep.report.figures import (
     png,
 )
 from spec_sweep.report.html import render_html
+from spec_sweep.search.confirm import search_records, verdict, workload_warning
 from spec_sweep.search.objective import (
     finished_in_order,
 )
@@ -93,7 +94,9 @@ def build_report(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    everything, records = records, search_records(records)  # confirmation boots: own section
     a = _Analysis(spec, records)
+    confirmation = confirmation_view(spec, everything)
     notes: list[str] = []
     made: dict[str, Figure | None] = {
         "progress.png": fig_progress(a) if a.finished else None,
@@ -128,7 +131,9 @@ def build_report(
         figures[name] = png(fig)
         path.write_bytes(figures[name])
     html_path = out_dir / HTML_NAME
-    html_path.write_text(render_html(a, figures, notes, parent_run_id), encoding="utf-8")
+    html_path.write_text(
+        render_html(a, figures, notes, parent_run_id, confirmation=confirmation), encoding="utf-8"
+    )
     csv_path = out_dir / CSV_NAME
     write_csv(csv_path, export_columns(spec), export_rows(spec, finished_in_order(records)))
     return ReportResult(
@@ -206,3 +211,38 @@ def publish_report(
             shutil.copy2(path, Path(tmp) / path.name)
         tracker.log_artifacts(parent_run_id, Path(tmp), "report")
     return result
+
+
+def confirmation_view(spec: SweepSpec, records: Sequence[TrialRecord]) -> dict[str, Any] | None:
+    """The report's confirmation section: verdict, pooled boots, drift and warnings (or None)."""
+    v = verdict(spec, records)
+    warning = workload_warning(spec, records)
+    if v is None and warning is None:
+        return None
+    out: dict[str, Any] = {"warnings": [warning] if warning else []}
+    if v is not None:
+        out["warnings"] += v.warnings
+        out |= {
+            "label": v.label,
+            "reason": v.reason,
+            "spent": v.spent,
+            "recommended": v.recommended.trial_id if v.recommended else None,
+            "noise": f"{v.noise_rel_sd:.1%}" if v.noise_rel_sd is not None else "n/a",
+            "rows": [
+                (
+                    c.trial_id,
+                    f"{c.mean:.4g}",
+                    f"{c.ci_low:.4g} - {c.ci_high:.4g}",
+                    ", ".join(f"{x:.4g}" for x in c.values),
+                    c.changed_flags,
+                )
+                for c in v.candidates
+            ],
+            "drift": (
+                f"{v.drift.change:+.1%} ({v.drift.first:.4g} -> {v.drift.again:.4g}; noise "
+                f"allows +-{v.drift.bound:.1%})"
+                if v.drift is not None
+                else None
+            ),
+        }
+    return out

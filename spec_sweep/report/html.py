@@ -91,6 +91,8 @@ def render_html(
     figures: Mapping[str, bytes],
     notes: Sequence[str],
     parent_run_id: str | None,
+    *,
+    confirmation: Mapping[str, Any] | None = None,
 ) -> str:
     """The report page.
 
@@ -99,6 +101,7 @@ def render_html(
         figures: PNG bytes by figure file name (only the figures that were drawn).
         notes: Remarks shown under the effects (e.g. why importances are missing).
         parent_run_id: The sweep's MLflow parent run, shown in the headline.
+        confirmation: The confirmation section (`build.confirmation_view`), if any.
     """
     spec = a.spec
     shown = {
@@ -118,6 +121,7 @@ def render_html(
         failures=_failures(a),
         speculative=_speculative(a),
         top=_top(a),
+        confirmation=confirmation,
         source=Path(spec.source).name or "SWEEP.yaml",
         loads=per_load_answer(spec, a.records),
         cost=sweep_cost(spec, a.records),

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,15 @@ from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.failures import FailureMode
 from spec_sweep.progress import SweepProgress
 from spec_sweep.search.cluster import NODE_RESOURCE, check_cluster, ray_pids, start_ray
+from spec_sweep.search.confirm import (
+    ConfirmQueue,
+    Verdict,
+    confirm_metrics,
+    plan,
+    search_records,
+    verdict,
+    workload_warning,
+)
 from spec_sweep.search.objective import (
     BASELINE_ID,
     SPEEDUP_METRIC,
@@ -68,7 +77,7 @@ class _TuneSearcher(Searcher):
     attribute is not called `searcher`: Tune would take this for a wrapper and descend.
     """
 
-    def __init__(self, searcher: SweepSearcher, spec: SweepSpec) -> None:
+    def __init__(self, searcher: SweepSearcher | ConfirmQueue, spec: SweepSpec) -> None:
         super().__init__(metric=spec.objective.metric, mode=spec.objective.mode)
         self._sweep = searcher
 
@@ -109,6 +118,8 @@ class SweepOutcome:
     environment: str | None = None
     report: Path | None = None
     report_error: str | None = None
+    verdict: Verdict | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 class _Interrupt(Stopper):
@@ -296,75 +307,58 @@ def _run(
     )
     state.save_run(parent_run_id, uri)
 
-    records = tracker.trials(parent_run_id)
-    finished = latest_finished(records)
-    for record in records:
+    all_records = tracker.trials(parent_run_id)
+    for record in all_records:
         if record.status == "RUNNING":
             tracker.kill_run(record.run_id)
+    records = search_records(all_records)  # confirmation boots are not search trials
+    finished = latest_finished(records)
     requeue, next_index = _plan(spec, records, finished)
     remaining = spec.budget.trials - len(finished)
     if progress is not None:
         progress.begin(spec, finished=list(finished.values()), reattached=reattached)
     outcome = SweepOutcome(state=state, parent_run_id=parent_run_id, records=[])
-    if remaining <= 0:
-        outcome.records = tracker.trials(parent_run_id)
-        if report:
-            _publish_report(spec, tracker, outcome)
-        tracker.finish_sweep(parent_run_id, metrics=best_metrics(spec, outcome.records))
-        return outcome
-
+    ctx = TrialContext(
+        backend=options.backend,
+        tracker=tracker,
+        parent_run_id=parent_run_id,
+        trials_dir=state.path / "trials",
+        stop_file=state.stop_file,
+    )
     interrupt = _Interrupt()
     previous = _install_sigint(interrupt, state)
     try:
-        searcher = SweepSearcher(
-            spec,
-            history=list(finished.values()),
-            requeue=requeue[:remaining],
-            next_index=next_index,
-            failure_aware=options.failure_aware,
-        )
-        ctx = TrialContext(
-            backend=options.backend,
-            tracker=tracker,
-            parent_run_id=parent_run_id,
-            trials_dir=state.path / "trials",
-            stop_file=state.stop_file,
-        )
-        trainable = tune.with_resources(
-            tune.with_parameters(run_and_record, ctx=ctx),
-            {"cpu": 1, "gpu": spec.node.gpus, NODE_RESOURCE: 1},
-        )
         environment = _EnvironmentStop(interrupt)
-        callbacks: list[Callback] = [environment]
-        if progress is not None:
-            callbacks.append(_ProgressCallback(progress))
-        max_concurrent = spec.budget.max_concurrent or n_nodes
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=_TuneSearcher(searcher, spec),
-                num_samples=remaining,
-                max_concurrent_trials=max_concurrent,
-                reuse_actors=True,
-                time_budget_s=spec.budget.max_hours * 3600 if spec.budget.max_hours else None,
-            ),
-            run_config=tune.RunConfig(
-                name=f"tune-{int(time.time())}",
-                storage_path=str(state.path / "tune"),
-                verbose=0,
-                stop=interrupt,
-                callbacks=callbacks,
-                progress_reporter=None,
-                log_to_file=True,
-                # A node (or its Ray worker) lost mid-trial: retry the trial once, elsewhere.
-                failure_config=tune.FailureConfig(max_failures=1),
-            ),
-        )
-        tuner.fit()
-        outcome.environment = environment.reason
-        outcome.interrupted = interrupt.event.is_set() and environment.reason is None
-        outcome.exhausted = searcher.exhausted
-        outcome.study = searcher.study
+        if remaining > 0:
+            searcher = SweepSearcher(
+                spec,
+                history=list(finished.values()),
+                requeue=requeue[:remaining],
+                next_index=next_index,
+                failure_aware=options.failure_aware,
+            )
+            _fit(spec, state, searcher, ctx, remaining, options, n_nodes, interrupt, environment)
+            outcome.environment = environment.reason
+            outcome.interrupted = interrupt.event.is_set() and environment.reason is None
+            outcome.exhausted = searcher.exhausted
+            outcome.study = searcher.study
+        done = latest_finished(search_records(tracker.trials(parent_run_id)))
+        searched = len(done) >= spec.budget.trials or outcome.exhausted or remaining <= 0
+        if searched and not outcome.interrupted and not outcome.environment:
+            # Confirmation: the top configurations booted again, then the baseline (drift).
+            boots = plan(spec, tracker.trials(parent_run_id))
+            if boots:
+                if progress is not None:
+                    progress.note(
+                        f"confirming: {len(boots)} more boot(s) of the top "
+                        f"{spec.budget.confirm} configurations and the baseline, interleaved"
+                    )
+                _fit(
+                    spec, state, ConfirmQueue(boots), ctx, len(boots), options, n_nodes,
+                    interrupt, environment,
+                )  # fmt: skip
+                outcome.environment = environment.reason
+                outcome.interrupted = interrupt.event.is_set() and environment.reason is None
     except BaseException:
         # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
         with contextlib.suppress(Exception):
@@ -376,20 +370,84 @@ def _run(
         for record in tracker.trials(parent_run_id):
             if record.status == "RUNNING":
                 tracker.kill_run(record.run_id)
-    outcome.records = tracker.trials(parent_run_id)
-    _backfill_speedup(spec, tracker, outcome.records)
-    outcome.records = tracker.trials(parent_run_id)
+    _backfill_speedup(spec, tracker, tracker.trials(parent_run_id))
+    everything = tracker.trials(parent_run_id)
+    outcome.records = search_records(everything)
     done = latest_finished(outcome.records)
     outcome.new_trials = len(done) - len(finished)
-    complete = len(done) >= spec.budget.trials or outcome.exhausted
+    complete = (len(done) >= spec.budget.trials or outcome.exhausted) and not outcome.interrupted
+    outcome.verdict = verdict(spec, everything)
+    outcome.warnings = [w for w in [workload_warning(spec, everything)] if w]
+    if outcome.verdict is not None:
+        outcome.warnings += outcome.verdict.warnings
     if report and done:
         _publish_report(spec, tracker, outcome)
     if complete:
-        tracker.finish_sweep(parent_run_id, metrics=best_metrics(spec, outcome.records))
+        final = best_metrics(spec, outcome.records)
+        if outcome.verdict is not None:
+            final |= confirm_metrics(outcome.verdict)
+            tracker.set_tags(parent_run_id, _verdict_tags(outcome.verdict))
+        tracker.finish_sweep(parent_run_id, metrics=final)
         state.mark_complete()
     else:
         tracker.finish_sweep(parent_run_id, status="KILLED")
     return outcome
+
+
+def _verdict_tags(v: Verdict) -> dict[str, str]:
+    tags = {"spec_sweep.confirm_verdict": v.label, "spec_sweep.confirm_reason": v.reason}
+    if v.winner is not None:
+        tags["spec_sweep.winner"] = v.winner.trial_id
+    if v.recommended is not None:
+        tags["spec_sweep.recommended"] = v.recommended.trial_id
+    if v.drift is not None and v.drift.beyond_noise:
+        tags["spec_sweep.drift"] = "the node changed under the sweep"
+    return tags
+
+
+def _fit(
+    spec: SweepSpec,
+    state: SweepState,
+    source: SweepSearcher | ConfirmQueue,
+    ctx: TrialContext,
+    samples: int,
+    options: _RunOptions,
+    n_nodes: int,
+    interrupt: _Interrupt,
+    environment: _EnvironmentStop,
+) -> None:
+    """Run `samples` trials of `source` through Ray Tune, one whole node per trial; a trial
+    that finds the node unable to start any server stops it (`environment`)."""
+    trainable = tune.with_resources(
+        tune.with_parameters(run_and_record, ctx=ctx),
+        {"cpu": 1, "gpu": spec.node.gpus, NODE_RESOURCE: 1},
+    )
+    progress = options.progress
+    callbacks: list[Callback] = [environment]
+    if progress is not None:
+        callbacks.append(_ProgressCallback(progress))
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=_TuneSearcher(source, spec),
+            num_samples=samples,
+            max_concurrent_trials=spec.budget.max_concurrent or n_nodes,
+            reuse_actors=True,
+            time_budget_s=spec.budget.max_hours * 3600 if spec.budget.max_hours else None,
+        ),
+        run_config=tune.RunConfig(
+            name=f"tune-{time.time_ns()}",
+            storage_path=str(state.path / "tune"),
+            verbose=0,
+            stop=interrupt,
+            callbacks=callbacks,
+            progress_reporter=None,
+            log_to_file=True,
+            # A node (or its Ray worker) lost mid-trial: retry the trial once, elsewhere.
+            failure_config=tune.FailureConfig(max_failures=1),
+        ),
+    )
+    tuner.fit()
 
 
 def _publish_report(spec: SweepSpec, tracker: Tracker, outcome: SweepOutcome) -> None:

@@ -31,6 +31,7 @@ from spec_sweep.cost import cost_metrics
 from spec_sweep.errors import TrialError
 from spec_sweep.failures import FailureMode
 from spec_sweep.search.cluster import node_id
+from spec_sweep.search.confirm import CONFIRM_TAG, is_repeat, repeated_of
 from spec_sweep.search.objective import BASELINE_ID, objective_value, speedup_metrics
 from spec_sweep.server import kill_recorded_servers
 from spec_sweep.space import (
@@ -86,7 +87,12 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
     spec = ctx.backend.spec
     cfg = normalize_config(spec, config)
     tracker = ctx.tracker
-    done = tracker.finished_trial_by_config(ctx.parent_run_id, cfg)
+    repeat = is_repeat(trial_id)  # a confirmation boot: the same configuration, booted again
+    done = (
+        tracker.finished_trial_by_id(ctx.parent_run_id, trial_id)
+        if repeat
+        else tracker.finished_trial_by_config(ctx.parent_run_id, cfg)
+    )
     if done is not None:  # finished before a crash of the driver: answered from the record
         out = _result_dict(trial_id, done.failure_mode, done.metrics, done.reason, True)
         out["time_record_s"] = time.monotonic() - t0
@@ -117,14 +123,19 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
             )
     attempt = max(attempt, len(previous) + 1)
     fingerprint = node_fingerprint(spec, hardware=ctx.backend.hardware())
-    if spec.budget.reuse:
+    if spec.budget.reuse and not repeat:
         earlier = tracker.find_reusable(fingerprint, cfg, exclude_parent=ctx.parent_run_id)
         if earlier is not None:
             out = _reuse(ctx, trial_id, cfg, attempt, fingerprint, earlier)
             out["time_record_s"] = time.monotonic() - t0
             return out
     run_id = tracker.start_trial(
-        ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt, fingerprint=fingerprint
+        ctx.parent_run_id,
+        trial_id=trial_id,
+        config=cfg,
+        attempt=attempt,
+        fingerprint=fingerprint,
+        tags={CONFIRM_TAG: repeated_of(trial_id)} if repeat else None,
     )
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)

@@ -227,6 +227,12 @@ def _add_sim_flags(environ: Mapping[str, str]) -> Any:
         )
         group.add_argument("--sim-seed", type=int, default=0, help="seed (--random-seed wins)")
         group.add_argument(
+            "--sim-boot-id",
+            default=environ.get("SPEC_SWEEP_SIM_BOOT_ID", ""),
+            help="which boot this is: the run-to-run noise is drawn per boot id "
+            "[SPEC_SWEEP_SIM_BOOT_ID]",
+        )
+        group.add_argument(
             "--sim-fault",
             action="append",
             default=[f for f in [environ.get("SPEC_SWEEP_SIM_FAULT", "")] if f],
@@ -353,6 +359,7 @@ def parse_command_line(
         torch_symm_mem=flags.bool_("enable-torch-symm-mem"),
         nccl_algo=environ.get("NCCL_ALGO"),
         seed=seed,
+        boot_id=str(ns.sim_boot_id),
         decode_log_interval=flags.int_("decode-log-interval") or 40,
         port=flags.int_("port") or 30000,
         grpc_port_env=_env_int(environ, "SGLANG_GRPC_PORT"),

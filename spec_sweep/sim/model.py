@@ -71,6 +71,9 @@ class NodeConfig:
         port: ``--port`` (SGLang derives its gRPC port from it).
         grpc_port_env: The ``SGLANG_GRPC_PORT`` environment variable, or None.
         seed: Seed of every random choice of the simulator.
+        boot_id: Which boot of this configuration this is (``--sim-boot-id``): the run-to-run
+            noise is drawn per boot, so two boots of one configuration measure differently,
+            as on a real node; the same boot id reproduces the same draw.
         decode_log_interval: SGLang's ``--decode-log-interval``.
     """
 
@@ -96,6 +99,7 @@ class NodeConfig:
     torch_symm_mem: bool = False
     nccl_algo: str | None = None
     seed: int = 0
+    boot_id: str = ""
     decode_log_interval: int = 40
     port: int = 30000
     grpc_port_env: int | None = None

@@ -22,6 +22,8 @@ __all__ = ["AcceptSampler", "PerfModel"]
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 #: Tokens per step above which FlashInfer's fused all-reduce falls back (no fusion speed-up).
 _FUSION_TOKEN_LIMIT = 2048
+#: Step-to-step correlation of the within-boot drift (a time constant of ~50 steps).
+_DRIFT_RHO = 0.98
 
 
 def _seed_of(*parts: object) -> int:
@@ -96,6 +98,11 @@ class PerfModel:
         sigma = self.perf.noise_boot_sigma
         self.boot_factor = min(1 + 2.5 * sigma, max(1 - 2.5 * sigma, rng.gauss(1.0, sigma)))
         self._step_rng = random.Random(_seed_of(profile.name, plan.config, "steps"))
+        # Within-boot drift: a slowly wandering speed factor (AR(1) over scheduler steps, the
+        # stationary sd `drift_sigma`), so consecutive requests of one boot differ by a few
+        # percent as on a real node (clocks, host noise), beyond the per-step jitter.
+        self._drift_sd = self.perf.noise_drift_sigma
+        self._drift = self._step_rng.gauss(0.0, self._drift_sd) if self._drift_sd else 0.0
         penalty = 0.0
         if plan.graph_max_bs > self.perf.graph_ref_bs:
             penalty = self.perf.graph_penalty_ms_per_doubling * math.log2(
@@ -186,6 +193,11 @@ class PerfModel:
     def noisy(self, ms: float) -> float:
         """``ms`` times the per-boot factor and a seeded per-step jitter."""
         jitter = self._step_rng.gauss(1.0, self.perf.noise_step_sigma)
+        if self._drift_sd:
+            rho = _DRIFT_RHO
+            shock = self._step_rng.gauss(0.0, self._drift_sd * math.sqrt(1.0 - rho * rho))
+            self._drift = rho * self._drift + shock
+            jitter += self._drift
         return ms * self.boot_factor * min(1.5, max(0.5, jitter))
 
     def prefill_ms(self, tokens: int) -> float:

@@ -139,6 +139,7 @@ class PerfSpec:
     ep_decode_factor: float
     noise_boot_sigma: float
     noise_step_sigma: float
+    noise_drift_sigma: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +408,7 @@ def _build(raw: dict[str, Any], origin: str) -> Profile:
         ep_decode_factor=ep.num("decode_factor"),
         noise_boot_sigma=noise.num("boot_sigma"),
         noise_step_sigma=noise.num("step_sigma"),
+        noise_drift_sigma=noise.num("drift_sigma") if "drift_sigma" in noise.data else 0.0,
     )
     f = top.sub("features")
     features = Features(

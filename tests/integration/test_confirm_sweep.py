@@ -1,0 +1,91 @@
+"""Confirmation boots and per-trial intervals in a whole sweep: real Ray, MLflow, the simulator.
+
+The top configurations are booted again through the same Ray Tune trial path after the search
+budget, recorded as child runs tagged `spec_sweep.confirms`, and the verdict (winner, interval,
+confirmation budget, drift) lands on the parent run (docs/design.md, "Confirmation").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import harness
+import pytest
+from mlflow.tracking import MlflowClient
+
+from spec_sweep.backends import SimBackend
+from spec_sweep.search.confirm import CONFIRM_TAG
+from spec_sweep.search.driver import sweep
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Path) -> None:
+    spec = harness.make_spec(
+        project_dir / "sweeps",
+        name="confirm",
+        node={"sim_profile": "h200-nvlink-x8"},
+        search_space={
+            "include": [],
+            "params": {"cuda-graph-max-bs": {"choices": [64, 128, 512], "default": 512}},
+        },
+        baseline=harness.DROP,
+        workload={"output_len": 24, "num_prompts": 4},
+        budget={"trials": 3, "confirm": 2, "confirm_repeats": 1, "remeasure_baseline": True},
+    )
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
+    outcome = sweep(
+        spec,
+        backend=SimBackend(spec, grace_s=2.0),
+        state_dir=project_dir / ".spec_sweep",
+        tracking_uri=uri,
+    )
+    # The search's own records stay the budget; the confirmation boots are extra.
+    assert sorted(r.trial_id for r in outcome.records) == ["t0000", "t0001", "t0002"]
+    verdict = outcome.verdict
+    assert verdict is not None
+    assert verdict.spent == 3  # two candidates once more, the baseline once more
+    ids = {c.trial_id for c in verdict.candidates}
+    # the baseline's last boot is the drift check; it also counts if the baseline is a candidate
+    assert [len(c.values) for c in verdict.candidates] == [
+        3 if c.trial_id == "t0000" else 2 for c in verdict.candidates
+    ]
+    winner = verdict.winner
+    assert winner is not None
+    assert winner.ci_low <= winner.mean <= winner.ci_high
+    # A fresh boot of the same configuration measures differently (run-to-run noise per boot).
+    assert winner.values[0] != winner.values[1]
+    assert verdict.drift is not None
+
+    client = MlflowClient(uri)
+    parent = client.get_run(outcome.parent_run_id)
+    assert parent.data.metrics["confirm_trials"] == 3
+    assert parent.data.metrics["winner_output_throughput"] == pytest.approx(winner.mean)
+    assert parent.data.metrics["winner_output_throughput_ci_low"] == pytest.approx(winner.ci_low)
+    assert parent.data.tags["spec_sweep.confirm_verdict"] == verdict.label
+    assert parent.data.tags["spec_sweep.recommended"] in {c.trial_id for c in verdict.candidates}
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'"
+    )
+    repeats = {
+        r.data.tags["spec_sweep.trial_id"]: r for r in children if CONFIRM_TAG in r.data.tags
+    }
+    drift_boot = "t0000.r2" if "t0000" in ids else "t0000.r1"
+    assert sorted(repeats) == sorted([f"{c}.r1" for c in ids] + [drift_boot])
+    for trial_id, run in repeats.items():
+        assert run.data.tags[CONFIRM_TAG] == trial_id.split(".")[0]
+        assert run.data.tags["spec_sweep.kind"] == "trial"
+        m = run.data.metrics
+        assert m["output_throughput_ci_low"] <= m["output_throughput"]
+        assert m["output_throughput"] <= m["output_throughput_ci_high"]
+    launched = sorted(
+        p.parent.parent.name for p in outcome.state.path.glob("trials/*/*/command.txt")
+    )
+    assert len(launched) == 6  # three search trials + three confirmation boots, each launched
+    assert outcome.report is not None
+    html = outcome.report.read_text()
+    assert "<h2>Confirmation</h2>" in html
+    assert verdict.label in html
+    assert "confirmation boot(s) after the search budget" in html
+    csv_rows = (outcome.report.parent / "trials.csv").read_text().strip().splitlines()
+    assert len(csv_rows) == 1 + 3  # the replay table holds the search's trials only
