@@ -408,6 +408,7 @@ def _reuse(
         config=config,
         attempt=attempt,
         fingerprint=fingerprint,
+        system_metrics=False,
     )
     metrics = {k: v for k, v in earlier.metrics.items() if k != "speedup_vs_baseline"}
     mode = earlier.failure_mode or FailureMode.CRASH
@@ -770,7 +771,9 @@ def _run(
     spec: SweepSpec, state: SweepState, options: _RunOptions, *, uri: str, n_nodes: int
 ) -> SweepOutcome:
     simulate, progress, report = options.simulate, options.progress, options.report
-    tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
+    tracker = Tracker(
+        uri, spec.experiment, secrets=secret_values(spec), baseline=baseline_config(spec)
+    )
     parent_run_id, reattached = tracker.start_sweep(
         spec, state_id=state.state_id, simulate=simulate
     )
