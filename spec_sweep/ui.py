@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -85,6 +86,17 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _exit_message(code: int, port: int, log_path: Path | None) -> str:
+    text = ""
+    if log_path is not None and log_path.is_file():
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    if "address already in use" in text.lower():
+        return f"the MLflow server could not listen on port {port}: it is in use (use --port)"
+    last = next((line for line in reversed(text.splitlines()) if line.strip()), "")
+    where = f" (log: {log_path})" if log_path is not None else ""
+    return f"the MLflow server exited with code {code}: {last.strip()}{where}"
+
+
 def _locate(uri: str, experiment: str | None) -> subprocess.Popen[str]:
     """A child process that finds the sweep and publishes its view (prints JSON or nothing)."""
     code = (
@@ -116,6 +128,10 @@ def start_ui_server(
             named), or the store cannot be read.
     """
     t0 = time.monotonic()
+    locator = _locate(uri, experiment)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists():
+        # A new store: let the locator create its tables before the server migrates it too.
+        locator.wait()
     log = log_path.open("wb") if log_path is not None else subprocess.DEVNULL
     proc = subprocess.Popen(
         server_command(uri, port=port, artifact_root=_artifact_root(uri)),
@@ -124,7 +140,6 @@ def start_ui_server(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    locator = _locate(uri, experiment)
     base = f"http://{HOST}:{port}"
     server = UiServer(proc, base, f"{base}/", None, 0.0)
     where = f" (log: {log_path})" if log_path is not None else ""
@@ -132,10 +147,7 @@ def start_ui_server(
         deadline = t0 + timeout_s
         while not _answers(f"{base}/health"):
             if proc.poll() is not None:
-                raise SpecSweepError(
-                    f"the MLflow server exited with code {proc.returncode}{where}: is port {port} "
-                    "free? (use --port)"
-                )
+                raise SpecSweepError(_exit_message(proc.returncode, port, log_path))
             if time.monotonic() > deadline:
                 raise SpecSweepError(
                     f"the MLflow server did not answer in {timeout_s:.0f} s{where}"
@@ -164,7 +176,8 @@ def ui_command(args: argparse.Namespace) -> int:
     """`spec-sweep ui`: serve the store's UI until Ctrl-C; print (and open) the trials view."""
     uri = args.tracking_uri or default_tracking_uri()
     experiment = getattr(args, "experiment", None)
-    server = start_ui_server(uri, port=args.port, experiment=experiment)
+    log = Path(tempfile.gettempdir()) / f"spec-sweep-ui-{args.port}.log"
+    server = start_ui_server(uri, port=args.port, experiment=experiment, log_path=log)
     if server.experiment is None:
         which = f"experiment {experiment!r}" if experiment else uri
         print(f"MLflow UI at {server.url} (no sweep in {which} yet)", flush=True)

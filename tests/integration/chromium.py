@@ -59,16 +59,16 @@ class Page:
         """Navigate (returns once navigation starts; wait for content with `wait_for`)."""
         await self.call("Page.navigate", url=url)
 
-    async def wait_for(self, expression: str, *, timeout: float = 60.0) -> Any:
-        """Poll a JavaScript expression until it is truthy; returns its value."""
-        deadline = time.monotonic() + timeout
+    async def wait_for(self, expression: str, *, within: float = 60.0) -> Any:
+        """Poll a JavaScript expression until it is truthy (for `within` s); returns its value."""
+        deadline = time.monotonic() + within
         while True:
             value = await self.evaluate(expression)
             if value:
                 return value
             if time.monotonic() > deadline:
                 text = await self.evaluate("document.body ? document.body.innerText : ''")
-                raise TimeoutError(f"{expression!r} not true in {timeout} s; page:\n{text[:3000]}")
+                raise TimeoutError(f"{expression!r} not true in {within} s; page:\n{text[:3000]}")
             await asyncio.sleep(0.25)
 
     async def text(self) -> str:
@@ -78,15 +78,11 @@ class Page:
     async def screenshot(self, path: Path) -> None:
         """A PNG of the viewport."""
         result = await self.call("Page.captureScreenshot", format="png")
-        path.write_bytes(base64.b64decode(result["data"]))
+        await asyncio.to_thread(path.write_bytes, base64.b64decode(result["data"]))
 
 
-@contextlib.asynccontextmanager
-async def chromium(
-    profile_dir: Path, *, width: int = 1600, height: int = 1000
-) -> AsyncIterator[Page]:
-    """Start headless Chromium (no network beyond 127.0.0.1) and yield its first page."""
-    proc = subprocess.Popen(
+def _launch(profile_dir: Path, width: int, height: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [
             str(CHROMIUM),
             "--headless",
@@ -109,6 +105,14 @@ async def chromium(
         text=True,
         start_new_session=True,
     )
+
+
+@contextlib.asynccontextmanager
+async def chromium(
+    profile_dir: Path, *, width: int = 1600, height: int = 1000
+) -> AsyncIterator[Page]:
+    """Start headless Chromium (no network beyond 127.0.0.1) and yield its first page."""
+    proc = _launch(profile_dir, width, height)
     try:
         assert proc.stderr is not None
         endpoint = None
