@@ -80,6 +80,10 @@ _TAG_NOTE = "mlflow.note.content"
 # development" (without it, a new experiment opens on the GenAI overview of traces).
 _TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
 _KIND_MODEL_DEVELOPMENT = "custom_model_development"
+# ... but the 3.17 UI's workflow-based navigation (always on in 3.17) takes the kind from its
+# "GenAI | Model training" switch instead: the URL's `workflowType`, else the choice remembered in
+# the browser (default GenAI). The links spec_sweep prints carry the URL parameter.
+_WORKFLOW_PARAM = "workflowType=machine_learning"
 # The UI's "share view" feature: an experiment tag holding the runs page's state as JSON, opened
 # by `#/experiments/<id>/runs?viewStateShareKey=<key>`. MLflow's UI writes and reads it; it is
 # not a documented API (the contract test in tests/unit/test_tracking_ui.py pins it).
@@ -253,7 +257,10 @@ def view_key(parent_run_id: str) -> str:
 
 def trials_view_path(experiment_id: str, parent_run_id: str) -> str:
     """The UI route (after `#`) of a sweep's trials view."""
-    return f"/experiments/{experiment_id}/runs?viewStateShareKey={view_key(parent_run_id)}"
+    return (
+        f"/experiments/{experiment_id}/runs?{_WORKFLOW_PARAM}&"
+        f"viewStateShareKey={view_key(parent_run_id)}"
+    )
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,16 @@ def test_ui_reads_the_experiment_kind_tag() -> None:
     assert f'CUSTOM_MODEL_DEVELOPMENT="{tracking._KIND_MODEL_DEVELOPMENT}"' in js
 
 
+def test_ui_takes_the_workflow_from_the_url_first() -> None:
+    """3.17's workflow-based navigation (flag hard-wired on) reads the URL's `workflowType`,
+    else the browser's remembered choice, and derives the experiment kind from it."""
+    js = _ui_js()
+    assert 'GENAI="genai",e.MACHINE_LEARNING="machine_learning"' in js
+    assert 'key:"mlflow.workflowType"' in js
+    assert 'e.get("workflowType")' in js
+    assert tracking._WORKFLOW_PARAM == "workflowType=machine_learning"
+
+
 def test_ui_opens_shared_views_from_an_experiment_tag() -> None:
     js = _ui_js()
     assert '="viewStateShareKey"' in js
