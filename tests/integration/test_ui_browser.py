@@ -191,7 +191,10 @@ def test_experiment_opens_on_the_runs_table(
         await page.goto(
             f"{server.base_url}/#/experiments/{experiment}?workflowType=machine_learning"
         )
-        await page.wait_for("document.body.innerText.includes('Training runs')", within=120)
+        await page.wait_for(
+            "location.hash.includes('/runs?') && document.body.innerText.includes('matching runs')",
+            within=120,
+        )
         return str(await page.evaluate("location.hash"))
 
     landed = _browse(tmp_path / "profile", script)
@@ -212,25 +215,36 @@ def test_trial_page_shows_its_system_metrics(
     assert len(client.get_metric_history(best.info.run_id, "system/cpu_utilization_percentage")) > 1
 
     async def script(page: Page) -> str:
-        await page.goto(f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}")
+        await page.goto(f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}?workflowType=machine_learning")
         await page.wait_for(f"document.body.innerText.includes({best.info.run_name!r})", within=120)
         await page.goto(
-            f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}/system-metrics"
+            f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}/system-metrics?workflowType=machine_learning"
         )
         await page.wait_for(
-            "document.body.innerText.includes('system_memory_usage_megabytes') && "
-            "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= 4",
+            "document.body.innerText.includes('cpu_utilization_percentage') && "
+            "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= 3",
             within=120,
         )
         await _close_assistant(page)
-        await page.wait_for("document.querySelectorAll('.js-plotly-plot').length >= 4", within=30)
         await _shot(page, "ui-system-metrics.png", tmp_path)
-        return await page.text()
+        top = await page.text()
+        # The charts below the fold render when scrolled to (the memory ones among them).
+        await page.evaluate(
+            "[...document.querySelectorAll('*')].filter(e => e.innerText === "
+            "'system_memory_usage_megabytes' || e.scrollHeight > e.clientHeight + 50)"
+            ".forEach(e => e.scrollTop = e.scrollHeight)"
+        )
+        await page.wait_for(
+            "document.body.innerText.includes('system_memory_usage_megabytes')", within=60
+        )
+        return top + await page.text()
 
     text = str(_browse(tmp_path / "profile", script))
     assert "System metrics" in text
     for name in ("cpu_utilization_percentage", "system_memory_usage_megabytes"):
         assert name in text
+    system = [k for k in best.data.metrics if k.startswith("system/")]
+    assert f"System metrics\n({len(system)})" in text
     assert best.info.run_name in text
 
 
