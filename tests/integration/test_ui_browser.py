@@ -215,11 +215,11 @@ def test_trial_page_shows_its_system_metrics(
     assert len(client.get_metric_history(best.info.run_id, "system/cpu_utilization_percentage")) > 1
 
     async def script(page: Page) -> str:
-        await page.goto(f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}?workflowType=machine_learning")
+        run_page = f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}"
+        mode = "workflowType=machine_learning"
+        await page.goto(f"{run_page}?{mode}")
         await page.wait_for(f"document.body.innerText.includes({best.info.run_name!r})", within=120)
-        await page.goto(
-            f"{server.base_url}/#/experiments/{experiment}/runs/{best.info.run_id}/system-metrics?workflowType=machine_learning"
-        )
+        await page.goto(f"{run_page}/system-metrics?{mode}")
         await page.wait_for(
             "document.body.innerText.includes('cpu_utilization_percentage') && "
             "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= 3",
