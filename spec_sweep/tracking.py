@@ -86,7 +86,7 @@ _KIND_MODEL_DEVELOPMENT = "custom_model_development"
 _WORKFLOW_PARAM = "workflowType=machine_learning"
 # The UI's "share view" feature: an experiment tag holding the runs page's state as JSON, opened
 # by `#/experiments/<id>/runs?viewStateShareKey=<key>`. MLflow's UI writes and reads it; it is
-# not a documented API (the contract test in tests/unit/test_tracking_ui.py pins it).
+# not a documented API (the contract test in tests/unit/test_tracking.py pins it).
 _VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 _VIEW_KEY_PREFIX = "spec-sweep-"
 #: Seconds between samples of the node's system metrics during a trial (MLflow's
