@@ -339,7 +339,12 @@ def _trainable(config: dict[str, Any], ctx: _Context) -> dict[str, Any]:
             out["time_record_s"] = time.monotonic() - t0
             return out
     run_id = tracker.start_trial(
-        ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt, fingerprint=fingerprint
+        ctx.parent_run_id,
+        trial_id=trial_id,
+        config=cfg,
+        attempt=attempt,
+        fingerprint=fingerprint,
+        system_metrics=ctx.replay is None,  # a replayed trial runs nothing worth watching
     )
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
