@@ -651,7 +651,8 @@ class Tracker:
             failure_mode=FailureMode(mode)
             if mode and mode in FailureMode._value2member_map_
             else None,
-            metrics=dict(run.data.metrics),
+            # The node's telemetry (`system/...`) is not a result of the configuration.
+            metrics={k: v for k, v in run.data.metrics.items() if not k.startswith("system/")},
             reason=tags.get(_TAG_REASON, ""),
             elapsed_s=float(elapsed) if elapsed else None,
             start_time=int(run.info.start_time or 0),

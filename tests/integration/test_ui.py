@@ -141,9 +141,11 @@ def test_sweep_experiment_opens_on_its_trials(spec: SweepSpec, store: str) -> No
     assert f"params.`{next(iter(spec.params))}`" in view["selectedColumns"]
     note = client.get_run(parent).data.tags["mlflow.note.content"]
     assert note.startswith(spec.description.strip())
-    assert (
-        f"#/experiments/{tracker.experiment_id}/runs?viewStateShareKey=spec-sweep-{parent}" in note
+    view_path = (
+        f"/experiments/{tracker.experiment_id}/runs?workflowType=machine_learning&"
+        f"viewStateShareKey=spec-sweep-{parent}"
     )
+    assert f"(#{view_path})" in note
     assert f"runs/{parent}/artifactPath/report/report.html" in note
     # An experiment made before experiments had a kind gets one; another kind is left alone.
     old = client.create_experiment("old")
@@ -177,7 +179,9 @@ def ui(spec: SweepSpec, store: str, tmp_path: Path) -> Iterator[tuple[UiServer, 
 
 def test_ui_server_is_lean_and_links_the_trials(ui: tuple[UiServer, str]) -> None:
     server, parent = ui
-    assert server.url.endswith(f"/runs?viewStateShareKey=spec-sweep-{parent}")
+    assert server.url.endswith(
+        f"/runs?workflowType=machine_learning&viewStateShareKey=spec-sweep-{parent}"
+    )
     assert server.url.startswith(f"{server.base_url}/#/experiments/")
     assert server.experiment == "allreduce"
     assert httpx.get(f"{server.base_url}/", timeout=10).status_code == 200
