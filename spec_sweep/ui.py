@@ -12,6 +12,7 @@ never imports MLflow itself and stays small while the server runs.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -44,6 +45,25 @@ def server_command(uri: str, *, port: int, artifact_root: str | None) -> list[st
 def server_env() -> dict[str, str]:
     """The server's environment: MLflow's job runner and its huey consumers off."""
     return {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _term_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """preexec_fn: SIGTERM the server when `spec-sweep ui` dies, even by SIGKILL (Linux only).
+
+    SIGTERM, not SIGKILL: `mlflow server` forwards it to its uvicorn worker and exits with it.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _raise_exit(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _artifact_root(uri: str) -> str | None:
@@ -139,6 +159,7 @@ def start_ui_server(
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=_term_with_parent,
     )
     base = f"http://{HOST}:{port}"
     server = UiServer(proc, base, f"{base}/", None, 0.0)
@@ -176,6 +197,9 @@ def ui_command(args: argparse.Namespace) -> int:
     """`spec-sweep ui`: serve the store's UI until Ctrl-C; print (and open) the trials view."""
     uri = args.tracking_uri or default_tracking_uri()
     experiment = getattr(args, "experiment", None)
+    # Stopped by SIGTERM or a closed terminal: still stop the server (see `finally` below).
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGHUP, _raise_exit)
     log = Path(tempfile.gettempdir()) / f"spec-sweep-ui-{args.port}.log"
     server = start_ui_server(uri, port=args.port, experiment=experiment, log_path=log)
     if server.experiment is None:

@@ -8,9 +8,13 @@ no GPU metric; with one (NVML answers), each GPU's memory, utilisation and power
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -216,8 +220,6 @@ def test_ui_on_a_busy_port_says_so(store: str, tmp_path: Path) -> None:
 
 
 def test_ui_command_line_prints_the_trials_url(spec: SweepSpec, tmp_path: Path) -> None:
-    import sys
-
     project = tmp_path / "project"
     (project / "mlruns").mkdir(parents=True)
     store = f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
@@ -239,8 +241,44 @@ def test_ui_command_line_prints_the_trials_url(spec: SweepSpec, tmp_path: Path) 
         assert url.endswith(f"viewStateShareKey=spec-sweep-{parent}")
         assert httpx.get(url.split("#")[0], timeout=10).status_code == 200
     finally:
-        import os
-        import signal
-
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(30) == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_ui_server_stops_when_spec_sweep_ui_is_killed(store: str, signum: int) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spec_sweep",
+            "ui",
+            "--port",
+            str(_free_port()),
+            "--tracking-uri",
+            store,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert "MLflow UI at" in proc.stdout.readline()
+        server = psutil.Process(proc.pid).children(recursive=True)
+        assert len(server) == 2  # `mlflow server` and its worker
+        proc.send_signal(signum)
+        proc.wait(30)
+        assert _wait(lambda: not [p for p in server if _running(p)], timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
