@@ -121,7 +121,12 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
             out["time_record_s"] = time.monotonic() - t0
             return out
     run_id = tracker.start_trial(
-        ctx.parent_run_id, trial_id=trial_id, config=cfg, attempt=attempt, fingerprint=fingerprint
+        ctx.parent_run_id,
+        trial_id=trial_id,
+        config=cfg,
+        attempt=attempt,
+        fingerprint=fingerprint,
+        system_metrics=ctx.backend.launches,  # a replayed trial runs nothing worth watching
     )
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -213,6 +218,7 @@ def _reuse(
         config=config,
         attempt=attempt,
         fingerprint=fingerprint,
+        system_metrics=False,
     )
     metrics = {k: v for k, v in earlier.metrics.items() if k != "speedup_vs_baseline"}
     mode = earlier.failure_mode or FailureMode.CRASH
