@@ -490,7 +490,7 @@ def describe(landscape: Landscape) -> str:
     )
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
@@ -507,7 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.describe:
         with tempfile.TemporaryDirectory() as tmp:
-            for seed in _seeds(args.describe):
+            for seed in parse_seeds(args.describe):
                 print(describe(build(seed, Path(tmp))))
         return 0
     if args.seed is None or args.out is None:
@@ -534,5 +534,6 @@ __all__ = [
     "describe",
     "draw_node",
     "outcome",
+    "parse_seeds",
     "write_table",
 ]

@@ -55,6 +55,7 @@ from spec_sweep.space import (
     secret_values,
 )
 from spec_sweep.spec import SpecError, SweepSpec
+from spec_sweep.spec_guide import SpecGuide
 from spec_sweep.state import SweepState, open_state
 from spec_sweep.tracking import Tracker, TrialRecord, resolve_tracking_uri
 from spec_sweep.trial import TrialResult, run_trial
@@ -154,6 +155,13 @@ class SweepSearcher(OptunaSearch):
         self._failure_aware = failure_aware
         self._rng = random.Random(f"steps:{spec.searcher.seed}")
         self.exhausted = False
+        # Domain knowledge (spec_sweep.spec_guide): SGLang's tree rules before launch, and the
+        # speculative branch's share of the budget. Part of the failure-aware TPE searcher.
+        self._guide: SpecGuide | None = None
+        if spec.searcher.kind == "tpe" and failure_aware:
+            self._guide = SpecGuide(spec, seed=spec.searcher.seed)
+        self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
+        self._exploit_next = True  # model proposals alternate with TPE's
         for record in history:
             sampling.add_finished(
                 self.study,
@@ -167,6 +175,16 @@ class SweepSearcher(OptunaSearch):
                 trial_id=record.trial_id,
             )
             self._seen.add(config_key(record.config))
+            if self._guide is not None:
+                self._seen.add(self._guide.resolve(record.config).effective_key)
+                ok = record.failure_mode is FailureMode.NONE and not any(
+                    v > 0 for v in constraint_violations(spec, record.metrics).values()
+                )
+                self._guide.observe(
+                    record.config,
+                    value=objective_value(spec, record.metrics) if ok else None,
+                    metrics={**record.metrics, "failure_mode": record.failure_mode.value},
+                )
         for _, config, _ in self._queue:
             self._seen.add(config_key(config))
         self._design: list[Config] = []
@@ -180,9 +198,17 @@ class SweepSearcher(OptunaSearch):
             our_id, config, attempt = self._queue.pop(0)
             return self._fixed(trial_id, config, our_id=our_id, attempt=attempt)
         while self._design:
-            config = self._design.pop(0)
-            if config_key(config) not in self._seen:
+            config = self._launchable(self._design.pop(0))
+            if config is not None:
                 return self._fixed(trial_id, config)
+        if self._guide is not None:
+            model = sampling.failure_model(self.study, self._gates)
+            proposal = self._guide.propose(seen=self._seen, log_ok=model.log_ok)
+            if proposal is None and self._exploit_next:
+                proposal = self._guide.exploit(seen=self._seen, log_ok=model.log_ok)
+            self._exploit_next = not self._exploit_next
+            if proposal is not None:
+                return self._fixed(trial_id, proposal)
         repeated: Config | None = None
         for attempt in range(_MAX_REPEATS):
             if attempt >= _MODEL_REPEATS and repeated is not None:
@@ -200,6 +226,17 @@ class SweepSearcher(OptunaSearch):
                 return None
             config = normalize_config(self._spec, params)
             key = config_key(config)
+            if self._guide is not None:
+                launch = self._launchable(config)
+                if launch is None or config_key(launch) != key:
+                    # SGLang rejects it (never launched) or runs another configuration: Optuna
+                    # forgets the proposal; the rewritten one is proposed as what runs.
+                    ot_trial = self._ot_trials.pop(trial_id)
+                    sampling.discard_repeat(self.study, ot_trial)
+                    if launch is not None:
+                        return self._fixed(trial_id, launch)
+                    repeated = config
+                    continue
             if key not in self._seen:
                 return self._accept(trial_id, params, config)
             # A repeat: answered by the record, never launched. Optuna forgets it.
@@ -218,6 +255,19 @@ class SweepSearcher(OptunaSearch):
         normalized = normalize_config(self._spec, params or {})
         return self._accept(trial_id, params or {}, normalized, our_id=our_id, attempt=attempt)
 
+    def _launchable(self, config: Config) -> Config | None:
+        """What to launch for `config` after SGLang's tree rules (None: rejected or seen)."""
+        if config_key(config) in self._seen:
+            return None
+        if self._guide is None:
+            return config
+        resolved = self._guide.resolve(config)
+        if resolved.launch is None or resolved.effective_key in self._seen:
+            return None
+        if config_key(resolved.launch) in self._seen:
+            return None
+        return resolved.launch
+
     def _accept(
         self,
         trial_id: str,
@@ -228,6 +278,8 @@ class SweepSearcher(OptunaSearch):
         attempt: int = 1,
     ) -> dict[str, Any]:
         self._seen.add(config_key(config))
+        if self._guide is not None:
+            self._seen.add(self._guide.resolve(config).effective_key)
         if our_id is None:
             our_id = trial_name(self._next_index)
             self._next_index += 1
@@ -236,16 +288,15 @@ class SweepSearcher(OptunaSearch):
 
     def _local_step(self, config: Config) -> Config | None:
         """An unmeasured neighbour of `config`, the least likely to fail (seeded ties)."""
-        options = [
-            c
-            for c in sampling.neighbors(self._spec, config, rng=self._rng)
-            if config_key(c) not in self._seen
-        ]
+        launchable = (
+            self._launchable(c) for c in sampling.neighbors(self._spec, config, rng=self._rng)
+        )
+        options = [c for c in launchable if c is not None]
         if not options:
             return None
         self._rng.shuffle(options)
         if self._failure_aware:
-            model = sampling.failure_model(self.study)
+            model = sampling.failure_model(self.study, self._gates)
             options.sort(key=lambda c: -model.log_ok(c))
         return options[0]
 
@@ -277,6 +328,12 @@ class SweepSearcher(OptunaSearch):
         else:
             sampling.tell_result(self.study, ot_trial, value=None, failed=True)
         self._completed_trials.add(trial_id)
+        if self._guide is not None and trial_id in self._ids and not error and mode is not None:
+            ok = isinstance(value, int | float) and math.isfinite(value)
+            ok = ok and not any(v > 0 for v in constraint_violations(self._spec, result).values())
+            self._guide.observe(
+                self._ids[trial_id][1], value=float(value) if ok else None, metrics=result
+            )
 
     @property
     def study(self) -> Any:
