@@ -290,7 +290,7 @@ def _startup(spec: SweepSpec) -> int:
 
 def _design_size(spec: SweepSpec) -> int:
     """How many screening trials follow the baseline: a third of the budget."""
-    return spec.budget.trials // 3
+    return spec.budget.trials // 4
 
 
 def screening_design(spec: SweepSpec, *, seed: int, count: int | None = None) -> list[Config]:

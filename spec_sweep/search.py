@@ -161,7 +161,7 @@ class SweepSearcher(OptunaSearch):
         if spec.searcher.kind == "tpe" and failure_aware:
             self._guide = SpecGuide(spec, seed=spec.searcher.seed)
         self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
-        self._exploit_next = True  # model proposals alternate with TPE's
+        self._turn = 0  # model proposals take turns with TPE's
         for record in history:
             sampling.add_finished(
                 self.study,
@@ -183,7 +183,10 @@ class SweepSearcher(OptunaSearch):
                 self._guide.observe(
                     record.config,
                     value=objective_value(spec, record.metrics) if ok else None,
-                    metrics={**record.metrics, "failure_mode": record.failure_mode.value},
+                    metrics={
+                        **record.metrics,
+                        "failure_mode": (record.failure_mode or FailureMode.CRASH).value,
+                    },
                 )
         for _, config, _ in self._queue:
             self._seen.add(config_key(config))
@@ -198,15 +201,19 @@ class SweepSearcher(OptunaSearch):
             our_id, config, attempt = self._queue.pop(0)
             return self._fixed(trial_id, config, our_id=our_id, attempt=attempt)
         while self._design:
-            config = self._launchable(self._design.pop(0))
-            if config is not None:
-                return self._fixed(trial_id, config)
+            launch = self._launchable(self._design.pop(0))
+            if launch is not None:
+                return self._fixed(trial_id, launch)
         if self._guide is not None:
             model = sampling.failure_model(self.study, self._gates)
-            proposal = self._guide.propose(seen=self._seen, log_ok=model.log_ok)
-            if proposal is None and self._exploit_next:
+            # Turns: a tree the speculative model ranks first (at once when the branch is below
+            # its share), a system-knob step from the best trial, then TPE.
+            turn, self._turn = self._turn % 3, self._turn + 1
+            proposal = None
+            if turn == 0 or self._guide.due():
+                proposal = self._guide.propose(seen=self._seen, log_ok=model.log_ok)
+            elif turn == 1:
                 proposal = self._guide.exploit(seen=self._seen, log_ok=model.log_ok)
-            self._exploit_next = not self._exploit_next
             if proposal is not None:
                 return self._fixed(trial_id, proposal)
         repeated: Config | None = None
@@ -329,11 +336,13 @@ class SweepSearcher(OptunaSearch):
             sampling.tell_result(self.study, ot_trial, value=None, failed=True)
         self._completed_trials.add(trial_id)
         if self._guide is not None and trial_id in self._ids and not error and mode is not None:
-            ok = isinstance(value, int | float) and math.isfinite(value)
-            ok = ok and not any(v > 0 for v in constraint_violations(self._spec, result).values())
-            self._guide.observe(
-                self._ids[trial_id][1], value=float(value) if ok else None, metrics=result
-            )
+            measured = float(value) if isinstance(value, int | float) else None
+            if measured is not None and (
+                not math.isfinite(measured)
+                or any(v > 0 for v in constraint_violations(self._spec, result).values())
+            ):
+                measured = None
+            self._guide.observe(self._ids[trial_id][1], value=measured, metrics=result)
 
     @property
     def study(self) -> Any:

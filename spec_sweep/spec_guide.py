@@ -48,6 +48,10 @@ _NEIGHBOUR_DISCOUNT = 0.97
 _MEM = "mem-fraction-static"
 
 
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
 def _num(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
@@ -286,24 +290,24 @@ class SpecGuide:
         return {item: float(coef[i]) for item, i in index.items()}
 
     # -- proposals --------------------------------------------------------------------------------
+    def due(self) -> bool:
+        """Whether the speculative branch is below its share of the trials (and alive)."""
+        if not self.enabled or not self.trials:
+            return False
+        spec_trials = [t for t in self.trials if self._speculative(t.config)]
+        self._update_alive(spec_trials)
+        return self.alive and len(spec_trials) < SHARE * (len(self.trials) + 1)
+
     def propose(
         self,
         *,
         seen: set[str],
         log_ok: Callable[[Mapping[str, Scalar]], float],
     ) -> Config | None:
-        """A speculative configuration when the branch's share is due, else None."""
+        """The untried tree the model ranks first (None: the branch is dropped or disabled)."""
         if not self.enabled or not self.trials:
             return None
-        spec_trials = [t for t in self.trials if self._speculative(t.config)]
-        if not self.alive or len(spec_trials) >= SHARE * (len(self.trials) + 1):
-            # Not due; but once speculation leads, its trees keep being ranked by the model.
-            best = self._best()
-            if best is None or not self._speculative(best.config) or not self.alive:
-                return None
-            if len(spec_trials) >= 0.6 * (len(self.trials) + 1):
-                return None
-        self._update_alive(spec_trials)
+        self._update_alive([t for t in self.trials if self._speculative(t.config)])
         if not self.alive:
             return None
         return self._rank(seen=seen, log_ok=log_ok)
@@ -331,10 +335,10 @@ class SpecGuide:
     def _trees(self) -> list[tuple[int, int, int, int]]:
         """Every tree SGLang runs: (steps, top-k, draft tokens as given, as run), one per run."""
         params = self.spec.params
-        steps = [int(v) for v in params[STEPS].values() if v is not None]  # type: ignore[arg-type]
-        topks = [int(v) for v in params[TOPK].values() if v is not None]  # type: ignore[arg-type]
+        steps = [int(v) for v in params[STEPS].values() if v is not None]
+        topks = [int(v) for v in params[TOPK].values() if v is not None]
         drafts = (
-            [int(v) for v in params[DRAFT_TOKENS].values() if v is not None]  # type: ignore[arg-type]
+            [int(v) for v in params[DRAFT_TOKENS].values() if v is not None]
             if DRAFT_TOKENS in params
             else [0]
         )
@@ -369,8 +373,8 @@ class SpecGuide:
         return SpecModel(
             [
                 TreeObservation(
-                    steps=int(t.config[STEPS]),  # type: ignore[arg-type]
-                    topk=int(t.config[TOPK]),  # type: ignore[arg-type]
+                    steps=_int(t.config[STEPS]),
+                    topk=_int(t.config[TOPK]),
                     draft_tokens=self._draft(t.config),
                     throughput=t.value or 0.0,
                     accept_length=t.accept_length,
@@ -422,9 +426,18 @@ class SpecGuide:
         systems = [(anchor, 1.0)] + [
             (n, _NEIGHBOUR_DISCOUNT) for n in self._system_neighbours(anchor)
         ]
+        # A tree measured once is tuned further by the system-knob steps, not here: one knob
+        # away from the anchor only go the trees that never ran (a failure may be the knob's).
+        measured = {
+            (_int(t.config[STEPS]), _int(t.config[TOPK]), self._draft(t.config))
+            for t in self.trials
+            if t.ok and self._speculative(t.config)
+        }
         scored: list[tuple[float, float, Config]] = []
         for system, weight in systems:
             for tree in trees:
+                if weight < 1.0 and (tree[0], tree[1], tree[3]) in measured:
+                    continue
                 config = self._with_tree(system, tree)
                 if config is None:
                     continue

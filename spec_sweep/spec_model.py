@@ -162,7 +162,7 @@ def _nonnegative_ridge(
             free.remove(i)
         if not free:
             break
-    return np.maximum(coef, 0.0)
+    return np.asarray(np.maximum(coef, 0.0))
 
 
 def _masked(coef: np.ndarray, free: Sequence[int]) -> np.ndarray:
