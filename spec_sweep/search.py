@@ -115,7 +115,7 @@ class SweepSearcher(OptunaSearch):
 
     Order of proposals: the queue (the baseline on a fresh sweep, interrupted trials on a
     resumed one), then for TPE the screening design (`sampling.screening_design`: one-factor
-    changes of the baseline, a third of the budget), then the model. A model proposal that
+    changes of the baseline, a quarter of the budget), then the model. A model proposal that
     repeats a measured configuration is asked again (three times); if the model insists, the
     sweep takes a local step instead: an unmeasured neighbour of that configuration (one value
     changed), the one least likely to fail by `sampling.FailureModel`, seeded ties. Random

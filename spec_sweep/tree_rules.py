@@ -16,8 +16,8 @@ the sources of each supported version (0.5.13 and 0.5.23 agree on all of it):
 * `python/sglang/srt/speculative/eagle_utils.py`, `organize_draft_results`: the draft worker
   keeps the `num_draft_tokens - 1` best of `topk + (num_steps - 1) * topk**2` scored
   candidates (`torch.topk`); more draft tokens than that fail at the first draft step (or its
-  CUDA-graph capture), and zero steps concatenate nothing; a top-k that is unset once the
-  steps are set is compared with 1 (`None > 1`, a `TypeError`).
+  CUDA-graph capture), and zero steps concatenate nothing. An unset top-k or draft-token count
+  with the steps set is left to the trial (what later code does with it is not read here).
 
 `check_tree` says, for one configuration, whether SGLang rejects it (and why, in its words)
 and which configuration actually runs when SGLang rewrites a flag. The searcher
@@ -116,11 +116,7 @@ def check_tree(
             )
         return TreeCheck(out)  # all three auto-chosen by SGLang
     if topk is None:
-        return TreeCheck(
-            out,
-            rejected="TypeError in _handle_eagle_family: --speculative-eagle-topk unset "
-            "with --speculative-num-steps set ('>' between None and int)",
-        )
+        return TreeCheck(out)  # the sources leave it to later code: not decided here
     backends = {str(get(flag)) for flag in _ATTENTION_FLAGS if get(flag) is not None}
     if topk > 1 and "trtllm_mha" in backends:
         return TreeCheck(
@@ -155,12 +151,7 @@ def check_tree(
             rewrites=tuple(rewrites),
         )
     if draft is None:
-        return TreeCheck(
-            out,
-            rejected="TypeError in organize_draft_results: --speculative-num-draft-tokens "
-            "unset with topk > 1",
-            rewrites=tuple(rewrites),
-        )
+        return TreeCheck(out, rewrites=tuple(rewrites))  # not decided here either
     capacity = tree_capacity(steps, topk)
     if draft > capacity:
         return TreeCheck(
