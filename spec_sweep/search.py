@@ -205,15 +205,14 @@ class SweepSearcher(OptunaSearch):
             if launch is not None:
                 return self._fixed(trial_id, launch)
         if self._guide is not None:
-            model = sampling.failure_model(self.study, self._gates)
             # Turns: a tree the speculative model ranks first (at once when the branch is below
             # its share), a system-knob step from the best trial, then TPE.
             turn, self._turn = self._turn % 3, self._turn + 1
             proposal = None
             if turn == 0 or self._guide.due():
-                proposal = self._guide.propose(seen=self._seen, log_ok=model.log_ok)
+                proposal = self._guide.propose(seen=self._seen)
             elif turn == 1:
-                proposal = self._guide.exploit(seen=self._seen, log_ok=model.log_ok)
+                proposal = self._guide.exploit(seen=self._seen)
             if proposal is not None:
                 return self._fixed(trial_id, proposal)
         repeated: Config | None = None

@@ -215,9 +215,7 @@ class SpecGuide:
         return max(ok, key=lambda t: self._sign * (t.value or 0.0)) if ok else None
 
     # -- the system knobs: an additive model of the measured trials -------------------------------
-    def exploit(
-        self, *, seen: set[str], log_ok: Callable[[Mapping[str, Scalar]], float]
-    ) -> Config | None:
+    def exploit(self, *, seen: set[str]) -> Config | None:
         """The best trial with one or more of its system knobs changed, as the trials suggest.
 
         Each measured trial's log objective is fitted as a sum of effects of its parameter
@@ -230,7 +228,6 @@ class SpecGuide:
             return None
         effects = self._effects()
         risk = self._risk()
-        del log_ok
         tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
         anchor = dict(best.config)
         candidates = self._system_neighbours(anchor)
@@ -298,19 +295,14 @@ class SpecGuide:
         self._update_alive(spec_trials)
         return self.alive and len(spec_trials) < SHARE * (len(self.trials) + 1)
 
-    def propose(
-        self,
-        *,
-        seen: set[str],
-        log_ok: Callable[[Mapping[str, Scalar]], float],
-    ) -> Config | None:
+    def propose(self, *, seen: set[str]) -> Config | None:
         """The untried tree the model ranks first (None: the branch is dropped or disabled)."""
         if not self.enabled or not self.trials:
             return None
         self._update_alive([t for t in self.trials if self._speculative(t.config)])
         if not self.alive:
             return None
-        return self._rank(seen=seen, log_ok=log_ok)
+        return self._rank(seen=seen)
 
     def _update_alive(self, spec_trials: Sequence[_Trial]) -> None:
         measured = [t for t in spec_trials if t.ok]
@@ -411,9 +403,7 @@ class SpecGuide:
         del base
         return value
 
-    def _rank(
-        self, *, seen: set[str], log_ok: Callable[[Mapping[str, Scalar]], float]
-    ) -> Config | None:
+    def _rank(self, *, seen: set[str]) -> Config | None:
         best = self._best()
         if best is None:
             anchor: Config = dict(self.trials[0].config)
@@ -422,7 +412,6 @@ class SpecGuide:
         model = self._model(anchor)
         trees = self._trees()
         risk = self._risk()
-        del log_ok
         systems = [(anchor, 1.0)] + [
             (n, _NEIGHBOUR_DISCOUNT) for n in self._system_neighbours(anchor)
         ]
