@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,8 @@ class SpecGuide:
             (k for k in ("cuda-graph-max-bs", "cuda-graph-max-bs-decode") if k in params), None
         )
         self._gates = frozenset(dep for param in params.values() for dep in param.when)
-        self._risk_cache: Callable[[Mapping[str, Scalar]], float] | None = None
+        self._risk_cache: tuple[FailureModel, list[tuple[tuple[float, ...], float, bool]]] | None
+        self._risk_cache = None
 
     # -- SGLang's rules ---------------------------------------------------------------------------
     def resolve(self, config: Mapping[str, Scalar]) -> Resolved:
@@ -160,39 +161,32 @@ class SpecGuide:
         )
         self._risk_cache = None
 
-    def _risk(self) -> Callable[[Mapping[str, Scalar]], float]:
-        """log P(runs) of a configuration, from what failed so far, memory read as memory.
+    def _risk(self, config: Mapping[str, Scalar]) -> float:
+        """log P(`config` runs), from what failed so far, memory read as memory.
 
         An out-of-memory trial condemns every configuration that needs at least as much memory
-        (as many draft tokens, as large a CUDA-graph size) at a static fraction on the same side
-        of the ones that ran (above it when the fraction ran without that tree: too little room
-        outside the pool; below it otherwise); other failures go to the failure model (values,
-        or pairs of values, that never ran), gates excepted.
+        (speculation, as many draft tokens, as large a CUDA-graph size, expert parallelism) at a
+        static fraction on the same side: above it when that fraction ran in another trial (too
+        little room outside the pool), below it otherwise; other failures go to the failure
+        model (values, or pairs of values, that never ran), gates excepted.
         """
-        if self._risk_cache is not None:
-            return self._risk_cache
-        others = [t for t in self.trials if not t.oom]
-        model = FailureModel(others, self._gates)  # type: ignore[arg-type]
-        ran_mems = {t.config.get(_MEM) for t in self.trials if t.ok}
-        walls = []
-        for t in self.trials:
-            if t.oom and _MEM in t.config:
-                high = t.config.get(_MEM) in ran_mems or any(
-                    t.ok and _num(t.config.get(_MEM)) < _num(t.config.get(_MEM))
-                    for t in self.trials
-                )
-                walls.append((self._need(t.config), _num(t.config.get(_MEM)), high))
-
-        def risk(config: Mapping[str, Scalar]) -> float:
-            need, mem = self._need(config), _num(config.get(_MEM))
-            for wall_need, wall_mem, high in walls:
-                dominated = all(n >= w for n, w in zip(need, wall_need, strict=True))
-                if dominated and (mem >= wall_mem if high else mem <= wall_mem):
-                    return -20.0
-            return model.log_ok(config)
-
-        self._risk_cache = risk
-        return risk
+        if self._risk_cache is None:
+            others = [t for t in self.trials if not t.oom]
+            model = FailureModel(others, self._gates)  # type: ignore[arg-type]
+            ran_mems = {t.config.get(_MEM) for t in self.trials if t.ok}
+            walls = [
+                (self._need(t.config), _num(t.config.get(_MEM)), t.config.get(_MEM) in ran_mems)
+                for t in self.trials
+                if t.oom and _MEM in t.config
+            ]
+            self._risk_cache = (model, walls)
+        model, walls = self._risk_cache
+        need, mem = self._need(config), _num(config.get(_MEM))
+        for wall_need, wall_mem, high in walls:
+            dominated = all(n >= w for n, w in zip(need, wall_need, strict=True))
+            if dominated and (mem >= wall_mem if high else mem <= wall_mem):
+                return -20.0
+        return model.log_ok(config)
 
     def _need(self, config: Mapping[str, Scalar]) -> tuple[float, ...]:
         """What a configuration asks of memory: speculation, draft tokens, CUDA-graph size."""
@@ -227,7 +221,7 @@ class SpecGuide:
         if best is None:
             return None
         effects = self._effects()
-        risk = self._risk()
+        risk = self._risk
         tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
         anchor = dict(best.config)
         candidates = self._system_neighbours(anchor)
@@ -411,7 +405,7 @@ class SpecGuide:
             anchor = dict(best.config)
         model = self._model(anchor)
         trees = self._trees()
-        risk = self._risk()
+        risk = self._risk
         systems = [(anchor, 1.0)] + [
             (n, _NEIGHBOUR_DISCOUNT) for n in self._system_neighbours(anchor)
         ]

@@ -46,7 +46,9 @@ def test_written_table_replays_as_generated(land: landscapes.Landscape, tmp_path
         )
 
 
-def drive(land: landscapes.Landscape, trials: int, seed: int = 0) -> list[tuple[Any, ...]]:
+def drive(
+    land: landscapes.Landscape, trials: int, seed: int = 0, *, save: Path | None = None
+) -> list[tuple[Any, ...]]:
     spec = land.spec.model_copy(
         update={"searcher": land.spec.searcher.model_copy(update={"seed": seed})}
     )
@@ -62,6 +64,8 @@ def drive(land: landscapes.Landscape, trials: int, seed: int = 0) -> list[tuple[
         assert row is not None
         searcher.on_trial_complete(f"x{i}", {"failure_mode": row.failure_mode.value, **row.metrics})
         out.append((config, row.failure_mode, row.metrics.get("output_throughput")))
+    if save is not None:
+        searcher.save(str(save))  # what Ray Tune does with its search algorithm (pickle)
     return out
 
 
@@ -101,3 +105,10 @@ def test_speculation_keeps_its_share_and_wins(
         if r.failure_mode is FailureMode.NONE
     )
     assert best[2] >= 0.9 * optimum
+
+
+def test_searcher_with_its_guide_saves_like_ray_tune_does(
+    land: landscapes.Landscape, tmp_path: Path
+) -> None:
+    drive(land, 16, save=tmp_path / "searcher.pkl")
+    assert (tmp_path / "searcher.pkl").stat().st_size > 0
