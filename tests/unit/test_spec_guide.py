@@ -59,13 +59,13 @@ def drive(
     for i in range(trials):
         params = searcher.suggest(f"x{i}")
         assert isinstance(params, dict)
+        if save is not None:  # what Ray Tune does with its search algorithm while trials run
+            searcher.save(str(save))
         config = normalize_config(spec, {k: v for k, v in params.items() if "__" not in k})
         row = land.table.lookup(config)
         assert row is not None
         searcher.on_trial_complete(f"x{i}", {"failure_mode": row.failure_mode.value, **row.metrics})
         out.append((config, row.failure_mode, row.metrics.get("output_throughput")))
-    if save is not None:
-        searcher.save(str(save))  # what Ray Tune does with its search algorithm (pickle)
     return out
 
 
