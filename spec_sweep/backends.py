@@ -2,10 +2,11 @@
 
 This module owns the `TrialBackend` protocol and its three implementations. The command line
 chooses one, once (`make_backend`), and hands it down: the sweep driver, the trainable in the
-Ray worker and `spec-sweep trial` only ever call `backend.run(config, ...)` and ask it two
+Ray worker and `spec-sweep trial` only ever call `backend.run(config, ...)` and ask it three
 neutral questions: `simulated` (are the node's GPUs pretend, so a local cluster must offer
-them) and `hardware()` (what the trials run on, for the node fingerprint of reuse). No other
-module knows which backend runs.
+them), `launches` (does a trial run a process on the node, so the node's system metrics
+describe it) and `hardware()` (what the trials run on, for the node fingerprint of reuse). No
+other module knows which backend runs.
 
 - `SGLangBackend`: launches the server the spec describes (`node.launch`, SGLang by default)
   through the trial path of `trial.run_trial`, with the GPU guard when it needs GPUs.
@@ -46,6 +47,11 @@ class TrialBackend(Protocol):
     @property
     def simulated(self) -> bool:
         """Whether the node's GPUs are pretend (a local cluster then offers `node.gpus`)."""
+        ...
+
+    @property
+    def launches(self) -> bool:
+        """Whether a trial runs a server on the node (its system metrics are then worth logging)."""
         ...
 
     @property
@@ -99,6 +105,11 @@ class SGLangBackend:
     def simulated(self) -> bool:
         """The GPUs are real."""
         return False
+
+    @property
+    def launches(self) -> bool:
+        """A trial runs a server on the node."""
+        return True
 
     def hardware(self) -> str:
         """The GPUs of this node, from NVML."""
@@ -198,6 +209,11 @@ class ReplayBackend:
     def simulated(self) -> bool:
         """The GPUs are pretend."""
         return True
+
+    @property
+    def launches(self) -> bool:
+        """Nothing runs: a trial is a row of the table."""
+        return False
 
     def hardware(self) -> str:
         """The table the answers come from."""

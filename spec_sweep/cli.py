@@ -125,9 +125,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     _add_common(export)
 
-    ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1 for the project's store")
+    ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening on the latest sweep's trials")
+    ui.add_argument(
+        "sweep", metavar="SWEEP.yaml", nargs="?", help="show this sweep (default: the latest)"
+    )
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--tracking-uri", metavar="URI")
+    ui.add_argument("--open", action="store_true", help="open the trials view in a browser")
     _add_common(ui)
     return parser
 
@@ -380,7 +384,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
-    from spec_sweep.tracking import ui_command
+    if args.sweep is not None:
+        spec = _load(args)
+        args.experiment = spec.experiment
+        args.tracking_uri = args.tracking_uri or spec.tracking.uri
+    from spec_sweep.ui import ui_command
 
     return ui_command(args)
 

@@ -308,10 +308,12 @@ class SweepProgress:
             parts.append(Text("  " + redact(command, secret_values(spec))))
         else:
             parts.append(Text("\nno trial met the objective's constraints yet"))
+        ui = f"spec-sweep ui {spec.source}" if spec.source else "spec-sweep ui"
         parts.append(
             Text(
                 f"\nMLflow: experiment {spec.experiment!r}, parent run {outcome.parent_run_id} "
-                f"(spec-sweep ui, then open the experiment); state: {outcome.state.path}"
+                f"(`{ui}` serves the UI and prints the URL of its trials, best first); "
+                f"state: {outcome.state.path}"
             )
         )
         for warning in outcome.warnings:

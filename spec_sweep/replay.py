@@ -29,7 +29,9 @@ from spec_sweep.space import (
     Config,
     build_command,
     config_key,
+    is_active,
     normalize_config,
+    ordered_keys,
     redact,
     secret_values,
 )
@@ -148,11 +150,20 @@ def load_replay(path: str | Path, spec: SweepSpec) -> ReplayTable:
 
 
 def _row_config(spec: SweepSpec, raw: Mapping[str, str | None]) -> Config:
+    """A row's configuration, in dependency order.
+
+    A blank cell of an active parameter whose choices include null means null (flag omitted),
+    as a table written by hand or converted from another tool leaves it; a blank cell of an
+    inactive parameter (its `when:` does not hold) is left out, so the row matches.
+    """
     values: dict[str, Any] = {}
-    for key in spec.params:
+    for key in ordered_keys(spec.params):
+        param = spec.params[key]
         text = (raw.get(key) or "").strip()
         if text:
             values[key] = parse_value(text)
+        elif param.choices is not None and None in param.choices and is_active(param, values):
+            values[key] = None
     return normalize_config(spec, values)
 
 

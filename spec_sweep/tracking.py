@@ -8,18 +8,20 @@ end) and one child run per trial (tags `spec_sweep.kind=trial`, `spec_sweep.tria
 `command.txt`, `bench.json`). A trial's child run is written and closed as FINISHED *before* the
 trial is reported done, which makes the store the durable record of finished trials that resume
 relies on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store in clear.
+
+It also shapes what the MLflow UI shows: experiments are tagged as model-development experiments
+(so the UI opens them on the runs table, not on the GenAI overview), trials get short names that
+say how they differ from the baseline, a trial's node is sampled by MLflow's own system-metrics
+monitor while it runs (CPU, memory, and GPU memory, utilisation and power through NVML), and each
+sweep publishes a shared view of its trials (columns, sort, filter) that `spec-sweep ui` links to.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,10 +30,11 @@ from typing import Any
 
 import mlflow
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor as _Monitor
 from mlflow.tracking import MlflowClient
 
 from spec_sweep.failures import FailureMode
-from spec_sweep.paths import default_tracking_uri, mlruns_dir
+from spec_sweep.paths import default_tracking_uri
 from spec_sweep.space import Config, config_key, redact, render_value, secret_values
 from spec_sweep.spec import SweepSpec
 
@@ -43,7 +46,8 @@ __all__ = [
     "TrialRecord",
     "config_hash",
     "resolve_tracking_uri",
-    "ui_command",
+    "run_name",
+    "trials_view",
 ]
 
 #: Outcomes that asking again would not change (a hang or a crash may be transient).
@@ -70,6 +74,26 @@ _TAG_ATTEMPT = "spec_sweep.attempt"
 _TAG_REUSED = "spec_sweep.reused_from"
 _TAG_FINGERPRINT = "spec_sweep.node_fingerprint"
 _TAG_FAILURE = "failure_mode"
+_TAG_PARENT = "mlflow.parentRunId"
+_TAG_NOTE = "mlflow.note.content"
+# The MLflow 3.17 UI opens an experiment on its runs table when this tag says "custom model
+# development" (without it, a new experiment opens on the GenAI overview of traces).
+_TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+_KIND_MODEL_DEVELOPMENT = "custom_model_development"
+# ... but the 3.17 UI's workflow-based navigation (always on in 3.17) takes the kind from its
+# "GenAI | Model training" switch instead: the URL's `workflowType`, else the choice remembered in
+# the browser (default GenAI). The links spec_sweep prints carry the URL parameter.
+_WORKFLOW_PARAM = "workflowType=machine_learning"
+# The UI's "share view" feature: an experiment tag holding the runs page's state as JSON, opened
+# by `#/experiments/<id>/runs?viewStateShareKey=<key>`. MLflow's UI writes and reads it; it is
+# not a documented API (the contract test in tests/unit/test_tracking.py pins it).
+_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+_VIEW_KEY_PREFIX = "spec-sweep-"
+#: Seconds between samples of the node's system metrics during a trial (MLflow's
+#: `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` overrides it, as it does for MLflow itself).
+SYSTEM_METRICS_INTERVAL_S = 5.0
+# MLflow's monitor class is untyped: held as Any (its methods are pinned by the contract test).
+SystemMetricsMonitor: Any = _Monitor
 
 # MLflow prints "View run ... at: <url>" to stdout when a run on a tracking server ends; the
 # sweep's own summary says where to look.
@@ -99,6 +123,156 @@ def _param_value(value: Any) -> str:
     return render_value(value)
 
 
+# Short names of the parameters the shipped search spaces use: "" puts the value alone
+# (`EAGLE3`), a name ending in a letter glues the value to it (`s3`), one ending in "=" reads
+# `cgbs=64`. A boolean flag reads as its name when on and `no-<name>` when off.
+_SHORT = {
+    "speculative-algorithm": "",
+    "speculative-num-steps": "s",
+    "speculative-eagle-topk": "k",
+    "speculative-num-draft-tokens": "d",
+    "cuda-graph-max-bs": "cgbs=",
+    "cuda-graph-max-bs-decode": "cgbs=",
+    "cuda-graph-max-bs-prefill": "cgbs-prefill=",
+    "mem-fraction-static": "mem=",
+    "ep-size": "ep=",
+    "tp-size": "tp=",
+    "dp-size": "dp=",
+    "moe-a2a-backend": "a2a=",
+    "env.NCCL_ALGO": "nccl=",
+    "env.NCCL_PROTO": "nccl-proto=",
+    "disable-custom-all-reduce": "custom-ar",
+    "enable-flashinfer-allreduce-fusion": "fi-ar-fusion",
+    "enable-torch-symm-mem": "symm-mem",
+}
+_NULL_SHORT = {"speculative-algorithm": "no-spec"}
+
+
+def _short_key(key: str) -> str:
+    if key in _SHORT:
+        return _SHORT[key]
+    name = key.removeprefix("env.").lower().replace("_", "-")
+    for prefix in ("enable-", "disable-"):
+        name = name.removeprefix(prefix)
+    name = name.replace("speculative-", "spec-")
+    if len(name) > 14 and name.count("-") >= 2:
+        name = "".join(part[0] for part in name.split("-") if part)
+    return name if isinstance(_default_bool(key), bool) else f"{name}="
+
+
+def _default_bool(key: str) -> bool | None:
+    """For `enable-x`/`disable-x` flags: the value that turns the feature on."""
+    if key.startswith("enable-"):
+        return True
+    if key.startswith("disable-"):
+        return False
+    return None
+
+
+def _short_item(key: str, value: Any) -> str:
+    short = _short_key(key)
+    if value is None:
+        return _NULL_SHORT.get(key, f"{short.rstrip('=')}=default")
+    if isinstance(value, bool):
+        on_value = _default_bool(key)
+        on = value if on_value is None else value is on_value
+        name = short.rstrip("=")
+        return name if on else f"no-{name}"
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{short}{text}"
+
+
+def run_name(
+    trial_id: str,
+    config: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None,
+    *,
+    attempt: int = 1,
+) -> str:
+    """A trial's run name: its id and what differs from the baseline, in short.
+
+    `t0010 cgbs=64 mem=0.88`, `t0008 EAGLE3 s3 k1 d4`, `t0000 baseline`. A parameter the baseline
+    does not set (the speculative knobs of a non-speculative baseline) counts as different. The
+    name depends only on the trial id, its configuration and the baseline, so a resumed sweep
+    names a trial as before; a second attempt of a trial adds `#2`.
+    """
+    if baseline is None:
+        parts = [_short_item(k, v) for k, v in config.items()]
+    else:
+        parts = [
+            _short_item(k, v)
+            for k, v in config.items()
+            if k not in baseline or config_key({k: baseline[k]}) != config_key({k: v})
+        ]
+    body = " ".join(parts) if parts else "baseline"
+    suffix = f" #{attempt}" if attempt > 1 else ""
+    return f"{trial_id} {body}"[: 250 - len(suffix)] + suffix
+
+
+def trials_view(
+    *,
+    parent_run_id: str,
+    objective: str,
+    mode: str,
+    params: Iterable[str],
+) -> dict[str, Any]:
+    """The MLflow runs page's state that shows one sweep's trials, best first.
+
+    The trials of the sweep only (a filter on their parent), sorted by the objective, with the
+    objective, speed-up, failure mode, accept length, peak GPU memory and every searched parameter
+    as columns. The shape is the MLflow 3.17 UI's own (search facets plus its UI state, as its
+    "share" button writes it).
+    """
+    metrics = [objective]
+    base = objective.rsplit("_c", 1)
+    suffix = f"_c{base[1]}" if len(base) == 2 and base[1].isdigit() else ""
+    for name in ("speedup_vs_baseline", f"accept_length{suffix}", "gpu_mem_peak_gib", "boot_s"):
+        if name not in metrics:
+            metrics.append(name)
+    columns = [f"metrics.`{m}`" for m in metrics]
+    columns.insert(2, f"tags.`{_TAG_FAILURE}`")
+    columns += [f"params.`{p}`" for p in params]
+    name = "attributes.`Run Name`"
+    return {
+        "searchFilter": f"tags.`{_TAG_PARENT}` = '{parent_run_id}'",
+        "orderByKey": f"metrics.`{objective}`",
+        "orderByAsc": mode == "min",
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "modelVersionFilter": "All Runs",
+        "datasetsFilter": [],
+        "selectedColumns": columns,
+        # The grid's column ids: name first, our columns in our order (MLflow would group them
+        # by kind, sorted by name), then the creation time and duration.
+        "columnOrder": [name, *columns, "runDateAndNestInfo", "duration"],
+        "columnWidths": {name: 240, **{c: 130 for c in columns[:3]}},
+        "runsHiddenMode": "SHOW_ALL",
+    }
+
+
+def view_key(parent_run_id: str) -> str:
+    """The share key of a sweep's trials view."""
+    return f"{_VIEW_KEY_PREFIX}{parent_run_id}"
+
+
+def trials_view_path(experiment_id: str, parent_run_id: str) -> str:
+    """The UI route (after `#`) of a sweep's trials view."""
+    return (
+        f"/experiments/{experiment_id}/runs?{_WORKFLOW_PARAM}&"
+        f"viewStateShareKey={view_key(parent_run_id)}"
+    )
+
+
+@dataclass(frozen=True)
+class SweepRef:
+    """Where a sweep is in the store, and the URL route of its trials view."""
+
+    experiment_id: str
+    experiment: str
+    parent_run_id: str
+    view_path: str
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """A trial as the store holds it."""
@@ -124,17 +298,42 @@ class TrialRecord:
 class Tracker:
     """One sweep's view of an MLflow store (picklable: holds only the URI and names)."""
 
-    def __init__(self, uri: str, experiment: str, *, secrets: Iterable[str] = ()) -> None:
-        """Point at a store and an experiment (created on first use)."""
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        *,
+        secrets: Iterable[str] = (),
+        baseline: Mapping[str, Any] | None = None,
+        system_metrics_interval_s: float | None = None,
+    ) -> None:
+        """Point at a store and an experiment (created on first use).
+
+        Args:
+            uri: The tracking URI.
+            experiment: The experiment's name.
+            secrets: Values to redact from everything logged.
+            baseline: The sweep's baseline configuration (trial names say what differs from it).
+            system_metrics_interval_s: Seconds between samples of a trial's system metrics;
+                default `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` as set where the tracker is
+                made (it travels with it to the Ray workers), else `SYSTEM_METRICS_INTERVAL_S`.
+        """
         self.uri = uri
         self.experiment = experiment
         self.secrets = tuple(secrets)
+        self.baseline = dict(baseline) if baseline is not None else None
+        if system_metrics_interval_s is None:
+            env = os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "")
+            system_metrics_interval_s = float(env) if env else SYSTEM_METRICS_INTERVAL_S
+        self.system_metrics_interval_s = system_metrics_interval_s
         self._client: MlflowClient | None = None
         self._experiment_id: str | None = None
+        self._monitors: dict[str, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None
+        state["_monitors"] = {}
         return state
 
     @property
@@ -152,6 +351,10 @@ class Tracker:
             if found is not None:
                 if found.lifecycle_stage == "deleted":
                     self.client.restore_experiment(found.experiment_id)
+                if _TAG_EXPERIMENT_KIND not in found.tags:  # made by an older spec_sweep
+                    self.client.set_experiment_tag(
+                        found.experiment_id, _TAG_EXPERIMENT_KIND, _KIND_MODEL_DEVELOPMENT
+                    )
                 self._experiment_id = found.experiment_id
             else:
                 location = None
@@ -160,7 +363,9 @@ class Tracker:
                     location = (artifacts / self.experiment).as_uri()
                 try:
                     self._experiment_id = self.client.create_experiment(
-                        self.experiment, artifact_location=location
+                        self.experiment,
+                        artifact_location=location,
+                        tags={_TAG_EXPERIMENT_KIND: _KIND_MODEL_DEVELOPMENT},
                     )
                 except mlflow.exceptions.MlflowException:
                     found = self.client.get_experiment_by_name(self.experiment)
@@ -190,6 +395,12 @@ class Tracker:
         existing = self.find_sweep_run(state_id)
         if existing is not None:
             self.client.update_run(existing, status="RUNNING")
+            self.publish_trials_view(
+                existing,
+                objective=spec.objective.metric,
+                mode=spec.objective.mode,
+                params=list(spec.params),
+            )
             return existing, True
         run = self.client.create_run(
             self.experiment_id,
@@ -197,11 +408,18 @@ class Tracker:
             tags={
                 _TAG_KIND: KIND_SWEEP,
                 _TAG_STATE_ID: state_id,
-                "mlflow.note.content": spec.description,
+                _TAG_NOTE: spec.description,
                 "spec_sweep.simulate": str(simulate).lower(),
             },
         )
         run_id = run.info.run_id
+        self.publish_trials_view(
+            run_id,
+            objective=spec.objective.metric,
+            mode=spec.objective.mode,
+            params=list(spec.params),
+        )
+        self.client.set_tag(run_id, _TAG_NOTE, self._sweep_note(spec.description, run_id))
         params = {
             "objective": f"{spec.objective.mode} {spec.objective.metric}",
             "searcher": f"{spec.searcher.kind} seed={spec.searcher.seed}",
@@ -222,6 +440,30 @@ class Tracker:
             text = Path(spec.source).read_text(encoding="utf-8")
             self.client.log_text(run_id, redact(text, self.secrets), Path(spec.source).name)
         return run_id, False
+
+    def _sweep_note(self, description: str, run_id: str) -> str:
+        """The parent run's description: the spec's, then links to the trials and the report."""
+        eid = self.experiment_id
+        links = (
+            f"**Trials**, best first, with objective, speed-up, failure mode, accept length and "
+            f"the searched parameters: [open the trials view](#{trials_view_path(eid, run_id)})"
+            f"\n\n**Report** (written when the sweep ends): "
+            f"[report/report.html](#/experiments/{eid}/runs/{run_id}/artifactPath/report/"
+            "report.html)"
+        )
+        return f"{description.strip()}\n\n{links}" if description.strip() else links
+
+    def publish_trials_view(
+        self, parent_run_id: str, *, objective: str, mode: str, params: Iterable[str]
+    ) -> str:
+        """Store the sweep's trials view on its experiment; returns the view's UI route."""
+        view = trials_view(
+            parent_run_id=parent_run_id, objective=objective, mode=mode, params=params
+        )
+        self.client.set_experiment_tag(
+            self.experiment_id, _VIEW_TAG_PREFIX + view_key(parent_run_id), json.dumps(view)
+        )
+        return trials_view_path(self.experiment_id, parent_run_id)
 
     def finish_sweep(
         self, run_id: str, *, status: str = "FINISHED", metrics: Mapping[str, float] | None = None
@@ -249,16 +491,20 @@ class Tracker:
         attempt: int = 1,
         fingerprint: str | None = None,
         tags: Mapping[str, str] | None = None,
+        system_metrics: bool = True,
     ) -> str:
-        """Open a RUNNING child run for one trial attempt (with extra `tags`); returns its id."""
-        summary = ", ".join(
-            f"{k.removeprefix('speculative-')}={_param_value(v)}" for k, v in config.items()
-        )
+        """Open a RUNNING child run for one trial attempt (with extra `tags`); returns its run id.
+
+        With `system_metrics` (a trial that runs here, not one answered from a record), MLflow's
+        system-metrics monitor samples this node (CPU, memory, disk, network and, through NVML,
+        each GPU's memory, utilisation and power) into the run until `finish_trial` or
+        `kill_run`. Without an NVIDIA GPU it logs the rest and no GPU metrics.
+        """
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"{trial_id} {summary}"[:250],
+            run_name=run_name(trial_id, config, self.baseline, attempt=attempt),
             tags={
-                "mlflow.parentRunId": parent_run_id,
+                _TAG_PARENT: parent_run_id,
                 _TAG_KIND: KIND_TRIAL,
                 _TAG_TRIAL_ID: trial_id,
                 _TAG_CONFIG: json.dumps(dict(config)),
@@ -271,7 +517,33 @@ class Tracker:
         params = [Param(k, redact(_param_value(v), self.secrets)[:6000]) for k, v in config.items()]
         if params:
             self.client.log_batch(run.info.run_id, params=params)
+        if system_metrics:
+            self._start_system_metrics(run.info.run_id)
         return str(run.info.run_id)
+
+    def _start_system_metrics(self, run_id: str) -> None:
+        monitor = SystemMetricsMonitor(
+            run_id,
+            sampling_interval=self.system_metrics_interval_s,
+            samples_before_logging=1,
+            tracking_uri=self.uri,
+        )
+        monitor.start()
+        self._monitors[run_id] = monitor
+
+    def _stop_system_metrics(self, run_id: str) -> None:
+        """Stop a run's monitor and log one last sample (a trial shorter than one interval
+        still shows where it ended). Telemetry never fails a trial."""
+        monitor = self._monitors.pop(run_id, None)
+        if monitor is None:
+            return
+        try:
+            monitor.finish()
+            monitor.collect_metrics()
+            monitor.publish_metrics(monitor.aggregate_metrics())
+            monitor.mlflow_logger.flush()
+        except Exception as exc:
+            logging.getLogger(__name__).warning("system metrics of run %s: %s", run_id, exc)
 
     def finish_trial(
         self,
@@ -294,6 +566,7 @@ class Tracker:
             False (and writes nothing) when the run is no longer RUNNING: a newer driver closed
             it as KILLED and re-queued the trial, so this late result must not count.
         """
+        self._stop_system_metrics(run_id)
         if self.client.get_run(run_id).info.status != "RUNNING":
             return False
         now = int(time.time() * 1000)
@@ -336,6 +609,7 @@ class Tracker:
 
     def kill_run(self, run_id: str, *, tags: Mapping[str, str] | None = None) -> None:
         """Close a run as KILLED (with tags saying why, if given)."""
+        self._stop_system_metrics(run_id)
         if tags:
             self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status="KILLED")
@@ -398,7 +672,8 @@ class Tracker:
             failure_mode=FailureMode(mode)
             if mode and mode in FailureMode._value2member_map_
             else None,
-            metrics=dict(run.data.metrics),
+            # The node's telemetry (`system/...`) is not a result of the configuration.
+            metrics={k: v for k, v in run.data.metrics.items() if not k.startswith("system/")},
             reason=tags.get(_TAG_REASON, ""),
             elapsed_s=float(elapsed) if elapsed else None,
             start_time=int(run.info.start_time or 0),
@@ -463,33 +738,43 @@ class Tracker:
         return next((r for r in records if r.finished), None)
 
 
-def _artifact_root() -> str:
-    return (mlruns_dir() / "artifacts").as_uri()
+def locate_sweep(uri: str, experiment: str | None = None) -> SweepRef | None:
+    """The latest sweep in a store (of one experiment, if named), with its trials view published.
 
-
-def ui_command(args: argparse.Namespace) -> int:
-    """`spec-sweep ui`: the MLflow UI on 127.0.0.1 for the project's store."""
-    uri = args.tracking_uri or default_tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    argv = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--default-artifact-root",
-        _artifact_root(),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(args.port),
-    ]
-    print(f"MLflow UI for {uri} at http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        return subprocess.call(argv)
-    return 0
+    The view is (re)written from the parent run's own params (`objective`, `search_space`), so
+    sweeps recorded before views existed get one too; their experiment is marked as a
+    model-development experiment on the way.
+    """
+    client = MlflowClient(tracking_uri=uri)
+    if experiment is not None:
+        found = client.get_experiment_by_name(experiment)
+        experiments = [found] if found is not None and found.lifecycle_stage == "active" else []
+    else:
+        experiments = list(client.search_experiments())
+    if not experiments:
+        return None
+    runs = client.search_runs(
+        [e.experiment_id for e in experiments],
+        filter_string=f"tags.`{_TAG_KIND}` = '{KIND_SWEEP}'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    if not runs:
+        return None
+    parent = runs[0]
+    name = next(e.name for e in experiments if e.experiment_id == parent.info.experiment_id)
+    tracker = Tracker(uri, name)
+    mode, _, objective = parent.data.params.get("objective", "max output_throughput").partition(" ")
+    params = [p.strip() for p in parent.data.params.get("search_space", "").split(",") if p.strip()]
+    path = tracker.publish_trials_view(
+        parent.info.run_id, objective=objective, mode=mode, params=params
+    )
+    return SweepRef(
+        experiment_id=tracker.experiment_id,
+        experiment=name,
+        parent_run_id=parent.info.run_id,
+        view_path=path,
+    )
 
 
 def log_single_trial(spec: SweepSpec, result: Any, *, tracking_uri: str | None) -> str:
@@ -502,9 +787,11 @@ def log_single_trial(spec: SweepSpec, result: Any, *, tracking_uri: str | None) 
 
     uri = resolve_tracking_uri(spec, tracking_uri)
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
+    from spec_sweep.space import baseline_config
+
     run = tracker.client.create_run(
         tracker.experiment_id,
-        run_name=f"manual {result.trial_id}",
+        run_name=f"manual {run_name(result.trial_id, result.config, baseline_config(spec))}",
         tags={
             _TAG_KIND: KIND_TRIAL,
             _TAG_TRIAL_ID: result.trial_id,

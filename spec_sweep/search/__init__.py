@@ -4,6 +4,9 @@
   of a list of records (pure; the report and the live display use it too);
 - `sampling` and `tpe`: the Optuna samplers, the screening design and the local steps (`tpe`
   holds every use of Optuna's private API, pinned by a contract test);
+- `tree_rules`, `spec_model` and `spec_guide`: the searcher's knowledge of speculative decoding
+  (SGLang's EAGLE tree rules before launch, a fitted performance model of EAGLE trees, and the
+  speculative branch's turns and share of the trials);
 - `searcher`: `SweepSearcher`, the Optuna side of the sweep (ask and tell, no Ray);
 - `cluster`: starting, joining and checking the Ray cluster;
 - `trainable`: what runs one trial inside a Ray worker and records it;

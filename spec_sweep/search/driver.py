@@ -301,7 +301,9 @@ def _run(
     spec: SweepSpec, state: SweepState, options: _RunOptions, *, uri: str, n_nodes: int
 ) -> SweepOutcome:
     progress, report = options.progress, options.report
-    tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
+    tracker = Tracker(
+        uri, spec.experiment, secrets=secret_values(spec), baseline=baseline_config(spec)
+    )
     parent_run_id, reattached = tracker.start_sweep(
         spec, state_id=state.state_id, simulate=options.backend.simulated
     )

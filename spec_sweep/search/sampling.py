@@ -45,6 +45,7 @@ __all__ = [
     "FailureAwareTPESampler",
     "FailureModel",
     "failure_model",
+    "gate_params",
     "make_sampler",
     "neighbors",
     "propose",
@@ -66,6 +67,11 @@ _PRIOR_WEIGHT = 0.5
 _RANGE_POINTS = 4
 
 
+def gate_params(spec: SweepSpec) -> frozenset[str]:
+    """Parameters that other parameters depend on (`when:`)."""
+    return frozenset(dep for param in spec.params.values() for dep in param.when)
+
+
 def make_sampler(spec: SweepSpec, *, failure_aware: bool = True) -> BaseSampler:
     """The spec's Optuna sampler, seeded by `searcher.seed`.
 
@@ -82,12 +88,14 @@ def make_sampler(spec: SweepSpec, *, failure_aware: bool = True) -> BaseSampler:
         grid = {key: param.values() for key, param in spec.params.items()}
         return GridSampler(grid, seed=seed)
     cls = FailureAwareTPESampler if failure_aware else TPESampler
+    extra: dict[str, Any] = {"gates": gate_params(spec)} if failure_aware else {}
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     with warnings.catch_warnings():
         # `prior_weight` is deprecated since Optuna 4.9 (removal planned for 6.0; the project
         # pins optuna<6): it still works and measurably helps here.
         warnings.simplefilter("ignore", FutureWarning)
         return cls(
+            **extra,
             seed=seed,
             multivariate=True,
             group=True,
@@ -112,8 +120,12 @@ def _startup(spec: SweepSpec) -> int:
 
 
 def _design_size(spec: SweepSpec) -> int:
-    """How many screening trials follow the baseline: a third of the budget."""
-    return spec.budget.trials // 3
+    """How many screening trials follow the baseline: a quarter of the budget.
+
+    Chosen on the tuning landscapes of `benchmarks/landscapes.py` (a third left the speculative
+    branch too few trials on nodes where a tree wins).
+    """
+    return spec.budget.trials // 4
 
 
 def screening_design(spec: SweepSpec, *, seed: int, count: int | None = None) -> list[Config]:
@@ -122,7 +134,7 @@ def screening_design(spec: SweepSpec, *, seed: int, count: int | None = None) ->
     Every alternative value of every parameter active in the baseline (numeric ranges: up to
     four evenly spaced points), each as the baseline with that one value changed (parameters
     it activates take their default, else null, else a seeded random value). Shuffled with
-    `seed` and cut to `count` (default: a third of the budget).
+    `seed` and cut to `count` (default: a quarter of the budget).
     """
     rng = random.Random(f"screening:{seed}")
     base = baseline_config(spec)

@@ -3,14 +3,19 @@
 This module owns `SweepSearcher`, built on Optuna's public ask-and-tell interface (no Ray: the
 driver wraps it in a thin Ray Tune `Searcher`). Order of proposals: the queue (the baseline on a
 fresh sweep, interrupted trials on a resumed one, under their old ids), then for TPE the
-screening design (`sampling.screening_design`: one-factor changes of the baseline, a third of
-the budget), then the model. It never proposes a configuration already measured or running: a
-model proposal that repeats one is asked again (three times); if the model insists, the sweep
-takes a local step instead, an unmeasured neighbour of that configuration (one value changed),
-the one least likely to fail by `sampling.FailureModel`, seeded ties. Random search stays
-random: it just draws again. Every failed trial is told as FAIL with a violated `failed`
-constraint, which the failure-aware TPE sampler learns from; a trial whose machinery failed is
-told as FAIL without it, which every sampler ignores (docs/design.md, "Failure modes").
+screening design (`sampling.screening_design`: one-factor changes of the baseline, a quarter of
+the budget), then the model. With the failure-aware TPE searcher the model's proposals take
+turns with domain knowledge (`spec_guide.SpecGuide`): a tree the speculative model ranks first
+(at once when the speculative branch is below its share of the trials), a system-knob step from
+the best trial, then TPE; and SGLang's tree rules are applied before launch, so a tree SGLang
+rejects is never launched and one it rewrites is proposed as what actually runs. It never
+proposes a configuration already measured or running: a model proposal that repeats one is asked
+again (three times); if the model insists, the sweep takes a local step instead, an unmeasured
+neighbour of that configuration (one value changed), the one least likely to fail by
+`sampling.FailureModel`, seeded ties. Random search stays random: it just draws again. Every
+failed trial is told as FAIL with a violated `failed` constraint, which the failure-aware TPE
+sampler learns from; a trial whose machinery failed is told as FAIL without it, which every
+sampler ignores (docs/design.md, "Failure modes").
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import optuna
 from spec_sweep.failures import FailureMode
 from spec_sweep.search import sampling
 from spec_sweep.search.objective import constraint_violations, objective_value, trial_name
+from spec_sweep.search.spec_guide import SpecGuide
 from spec_sweep.space import Config, SearchSpace, config_key, normalize_config
 from spec_sweep.spec import SweepSpec
 from spec_sweep.tracking import TrialRecord
@@ -84,6 +90,7 @@ class SweepSearcher:
             direction="maximize" if spec.objective.mode == "max" else "minimize",
         )
         self._trials: dict[str, optuna.Trial] = {}
+        self._configs: dict[str, Config] = {}
         self._completed: set[str] = set()
         self._queue = list(requeue)
         self._next_index = next_index
@@ -91,6 +98,13 @@ class SweepSearcher:
         self._failure_aware = failure_aware
         self._rng = random.Random(f"steps:{spec.searcher.seed}")
         self.exhausted = False
+        # Domain knowledge (`spec_guide`): SGLang's tree rules before launch, and the
+        # speculative branch's share of the budget. Part of the failure-aware TPE searcher.
+        self._guide: SpecGuide | None = None
+        if spec.searcher.kind == "tpe" and failure_aware:
+            self._guide = SpecGuide(spec, seed=spec.searcher.seed)
+        self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
+        self._turn = 0  # the guide's proposals take turns with TPE's
         for record in history:
             sampling.add_finished(
                 self.study,
@@ -104,6 +118,19 @@ class SweepSearcher:
                 trial_id=record.trial_id,
             )
             self._seen.add(config_key(record.config))
+            if self._guide is not None:
+                self._seen.add(self._guide.resolve(record.config).effective_key)
+                ok = record.failure_mode is FailureMode.NONE and not any(
+                    v > 0 for v in constraint_violations(spec, record.metrics).values()
+                )
+                self._guide.observe(
+                    record.config,
+                    value=objective_value(spec, record.metrics) if ok else None,
+                    metrics={
+                        **record.metrics,
+                        "failure_mode": (record.failure_mode or FailureMode.CRASH).value,
+                    },
+                )
         for _, config, _ in self._queue:
             self._seen.add(config_key(config))
         self._design: list[Config] = []
@@ -121,9 +148,20 @@ class SweepSearcher:
             our_id, config, attempt = self._queue.pop(0)
             return self._fixed(key, config, our_id=our_id, attempt=attempt)
         while self._design:
-            config = self._design.pop(0)
-            if config_key(config) not in self._seen:
-                return self._fixed(key, config)
+            launch = self._launchable(self._design.pop(0))
+            if launch is not None:
+                return self._fixed(key, launch)
+        if self._guide is not None:
+            # Turns: a tree the speculative model ranks first (at once when the branch is below
+            # its share), a system-knob step from the best trial, then TPE.
+            turn, self._turn = self._turn % 3, self._turn + 1
+            proposal = None
+            if turn == 0 or self._guide.due():
+                proposal = self._guide.propose(seen=self._seen)
+            elif turn == 1:
+                proposal = self._guide.exploit(seen=self._seen)
+            if proposal is not None:
+                return self._fixed(key, proposal)
         repeated: Config | None = None
         for attempt in range(_MAX_REPEATS):
             if attempt >= _MODEL_REPEATS and repeated is not None:
@@ -138,6 +176,16 @@ class SweepSearcher:
                 with sampling.random_sampling(self.study, seed=seed):
                     params = self._ask(key)
             config = normalize_config(self._spec, params)
+            if self._guide is not None:
+                launch = self._launchable(config)
+                if launch is None or config_key(launch) != config_key(config):
+                    # SGLang rejects it (never launched) or runs another configuration: Optuna
+                    # forgets the proposal; the rewritten one is proposed as what runs.
+                    sampling.discard_repeat(self.study, self._trials.pop(key))
+                    if launch is not None:
+                        return self._fixed(key, launch)
+                    repeated = config
+                    continue
             if config_key(config) not in self._seen:
                 return self._accept(key, params, config)
             # A repeat: answered by the record, never launched. Optuna forgets it.
@@ -177,6 +225,14 @@ class SweepSearcher:
         else:
             sampling.tell_result(self.study, ot_trial, value=None, failed=True)
         self._completed.add(key)
+        if self._guide is not None and key in self._configs and not error and mode is not None:
+            measured = float(value) if isinstance(value, int | float) else None
+            if measured is not None and (
+                not math.isfinite(measured)
+                or any(v > 0 for v in constraint_violations(self._spec, result).values())
+            ):
+                measured = None
+            self._guide.observe(self._configs[key], value=measured, metrics=result)
 
     def _ask(self, key: str) -> dict[str, Any]:
         """Ask the study for the slot's trial and sample every active parameter on it."""
@@ -203,22 +259,37 @@ class SweepSearcher:
         attempt: int = 1,
     ) -> Proposal:
         self._seen.add(config_key(config))
+        if self._guide is not None:
+            self._seen.add(self._guide.resolve(config).effective_key)
+        self._configs[key] = config
         if our_id is None:
             our_id = trial_name(self._next_index)
             self._next_index += 1
         return Proposal(trial_id=our_id, attempt=attempt, params=params, config=config)
 
+    def _launchable(self, config: Config) -> Config | None:
+        """What to launch for `config` after SGLang's tree rules (None: rejected or seen)."""
+        if config_key(config) in self._seen:
+            return None
+        if self._guide is None:
+            return config
+        resolved = self._guide.resolve(config)
+        if resolved.launch is None or resolved.effective_key in self._seen:
+            return None
+        if config_key(resolved.launch) in self._seen:
+            return None
+        return resolved.launch
+
     def _local_step(self, config: Config) -> Config | None:
         """An unmeasured neighbour of `config`, the least likely to fail (seeded ties)."""
-        options = [
-            c
-            for c in sampling.neighbors(self._spec, config, rng=self._rng)
-            if config_key(c) not in self._seen
-        ]
+        launchable = (
+            self._launchable(c) for c in sampling.neighbors(self._spec, config, rng=self._rng)
+        )
+        options = [c for c in launchable if c is not None]
         if not options:
             return None
         self._rng.shuffle(options)
         if self._failure_aware:
-            model = sampling.failure_model(self.study)
+            model = sampling.failure_model(self.study, self._gates)
             options.sort(key=lambda c: -model.log_ok(c))
         return options[0]

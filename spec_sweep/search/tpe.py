@@ -86,8 +86,13 @@ class FailureModel:
     objective constraint count as failed (they cannot be the answer either).
     """
 
-    def __init__(self, trials: Sequence[FrozenTrial]) -> None:
-        """Learn from finished trials (COMPLETE ones, and FAIL ones with a violated constraint)."""
+    def __init__(self, trials: Sequence[FrozenTrial], gates: frozenset[str] = frozenset()) -> None:
+        """Learn from finished trials (COMPLETE ones, and FAIL ones with a violated constraint).
+
+        `gates` are the parameters others depend on (`when:`): a gate's value (speculation on)
+        is a suspect only when nothing more specific that never ran is, so a failed tree
+        condemns the tree, not the whole branch.
+        """
         ran_items: set[tuple[str, str]] = set()
         ran_pairs: set[tuple[tuple[str, str], tuple[str, str]]] = set()
         failed: list[list[tuple[str, str]]] = []
@@ -102,6 +107,9 @@ class FailureModel:
         self._pairs = False
         for items in failed:
             suspects: list[Any] = [i for i in items if i not in ran_items]
+            specific = [i for i in suspects if i[0] not in gates]
+            if specific:  # a failure condemns what failed, not its branch
+                suspects = specific
             if not suspects:
                 suspects = [p for p in itertools.combinations(items, 2) if p not in ran_pairs]
                 self._pairs = self._pairs or bool(suspects)
@@ -124,10 +132,10 @@ class FailureModel:
         return total
 
 
-def failure_model(study: Study) -> FailureModel:
+def failure_model(study: Study, gates: frozenset[str] = frozenset()) -> FailureModel:
     """The failure model of a study's finished trials (failed ones included)."""
     trials = _StudyWithFailures(study)._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return FailureModel(trials)
+    return FailureModel(trials, gates)
 
 
 class FailureAwareTPESampler(TPESampler):
@@ -138,16 +146,17 @@ class FailureAwareTPESampler(TPESampler):
     constrained-TPE idea: optimise expected improvement times the probability of feasibility).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        """Arguments of `TPESampler`."""
+    def __init__(self, *, gates: frozenset[str] = frozenset(), **kwargs: Any) -> None:
+        """Arguments of `TPESampler`; `gates` as in `FailureModel`."""
         super().__init__(**kwargs)
+        self._gates = gates
         self._failures = FailureModel(())
         self._distributions: dict[str, BaseDistribution] = {}
 
     def _learn(self, study: Study, distributions: Mapping[str, BaseDistribution]) -> Study:
         view = _StudyWithFailures(study)
         self._failures = FailureModel(
-            view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            view._get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), self._gates
         )
         self._distributions = dict(distributions)
         return view  # type: ignore[return-value]

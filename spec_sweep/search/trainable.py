@@ -136,6 +136,7 @@ def run_and_record(config: dict[str, Any], ctx: TrialContext) -> dict[str, Any]:
         attempt=attempt,
         fingerprint=fingerprint,
         tags={CONFIRM_TAG: repeated_of(trial_id)} if repeat else None,
+        system_metrics=ctx.backend.launches,  # a replayed trial runs nothing worth watching
     )
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -238,6 +239,7 @@ def _reuse(
         config=config,
         attempt=attempt,
         fingerprint=fingerprint,
+        system_metrics=False,
     )
     metrics = {k: v for k, v in earlier.metrics.items() if k != "speedup_vs_baseline"}
     mode = earlier.failure_mode or FailureMode.CRASH

@@ -1,9 +1,10 @@
 """Contract tests for the private APIs of our dependencies, pinned to the versions checked.
 
-Two modules are allowed private uses, one per dependency: `spec_sweep.search.tpe` (Optuna) and
-`spec_sweep.search.cluster` (Ray). Each test here checks one use against the installed
-library; an upgrade that changes any of them fails here, naming what to re-check, before it
-can fail a sweep.
+Three modules are allowed private uses, one per dependency: `spec_sweep.search.tpe` (Optuna),
+`spec_sweep.search.cluster` (Ray) and `spec_sweep.tracking` (MLflow's system-metrics monitor and
+its UI's shared-view tag, pinned by tests/unit/test_tracking.py). Each test here checks one use
+against the installed library; an upgrade that changes any of them fails here, naming what to
+re-check, before it can fail a sweep.
 """
 
 from __future__ import annotations
@@ -79,12 +80,13 @@ def test_ray_init_takes_a_temp_dir() -> None:
 _PRIVATE = {
     "optuna": re.compile(r"from optuna[\w.]*\._\w|from optuna[\w.]* import _\w|\._get_trials\("),
     "ray": re.compile(r"ray\._private|from ray[\w.]* import _\w|_ot_(study|trials)"),
+    "mlflow": re.compile(r"mlflow\.(system_metrics|sharedViewState)|from mlflow[\w.]* import _"),
 }
 
 
 @pytest.mark.parametrize(
     ("package", "allowed"),
-    [("optuna", "search/tpe.py"), ("ray", "search/cluster.py")],
+    [("optuna", "search/tpe.py"), ("ray", "search/cluster.py"), ("mlflow", "tracking.py")],
 )
 def test_private_uses_live_in_one_module(package: str, allowed: str) -> None:
     users = {

@@ -127,3 +127,52 @@ def test_bad_table_is_one_clear_error(
 def test_missing_file_is_a_spec_error(tmp_path: Path, spec: SweepSpec) -> None:
     with pytest.raises(SpecError, match="cannot read it"):
         load_replay(tmp_path / "nope.csv", spec)
+
+
+def test_blank_cells_replay_exactly_like_explicit_nulls(tmp_path: Path) -> None:
+    """A blank null-able categorical is null; a blank inactive parameter matches."""
+    path = tmp_path / "b.yaml"
+    path.write_text(
+        SPEC
+        + "    env.NCCL_ALGO: {choices: [null, Ring]}\n"
+        + "    speculative-eagle-topk: {choices: [1, 2], default: 1,"
+        + " when: {speculative-algorithm: EAGLE3}}\n"
+    )
+    spec = load_spec(path)
+    header = (
+        "speculative-algorithm,speculative-num-steps,disable-custom-all-reduce,env.NCCL_ALGO,"
+        "speculative-eagle-topk,output_throughput,failure_mode\n"
+    )
+    explicit = header + (
+        "null,,false,null,,80.0,none\n"
+        "null,,true,Ring,,81.0,none\n"
+        "EAGLE3,2,false,null,2,50.0,none\n"
+        "EAGLE3,3,true,Ring,1,,oom\n"
+    )
+    blank = header + (
+        ",,false,,,80.0,none\n"  # algorithm and NCCL_ALGO blank: null; tree columns inactive
+        ",3,true,Ring,2,81.0,none\n"  # values in inactive cells are ignored too
+        "EAGLE3,2,false,,2,50.0,none\n"
+        "EAGLE3,3,true,Ring,1,,oom\n"
+    )
+    (tmp_path / "a.csv").write_text(explicit)
+    (tmp_path / "b.csv").write_text(blank)
+    a = load_replay(tmp_path / "a.csv", spec)
+    b = load_replay(tmp_path / "b.csv", spec)
+    assert len(a) == len(b) == 4
+    assert {k: (r.config, r.failure_mode, r.metrics) for k, r in a.rows.items()} == {
+        k: (r.config, r.failure_mode, r.metrics) for k, r in b.rows.items()
+    }
+    base = {
+        "speculative-algorithm": None,
+        "disable-custom-all-reduce": False,
+        "env.NCCL_ALGO": None,
+    }
+    for replay in (a, b):
+        row = replay.lookup(base)
+        assert row is not None
+        assert row.metrics == {"output_throughput": 80.0}
+    ra = replay_result(spec, base, a, trial_dir=tmp_path / "x1", noise=0.02, seed=3)
+    rb = replay_result(spec, base, b, trial_dir=tmp_path / "x2", noise=0.02, seed=3)
+    assert ra["failure_mode"] is rb["failure_mode"] is FailureMode.NONE
+    assert ra["metrics"] == rb["metrics"]
