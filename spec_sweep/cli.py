@@ -371,12 +371,14 @@ def _cmd_export(args: argparse.Namespace) -> int:
     spec = _load(args)
     from spec_sweep.replay import export_columns, export_rows, write_csv
     from spec_sweep.report import locate_sweep
+    from spec_sweep.search.confirm import search_records
     from spec_sweep.search.objective import finished_in_order
 
     tracker, parent, _ = locate_sweep(
         spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
     )
-    rows = export_rows(spec, finished_in_order(tracker.trials(parent)))
+    # One row per searched configuration: confirmation boots repeat configurations already there.
+    rows = export_rows(spec, finished_in_order(search_records(tracker.trials(parent))))
     path = Path(args.output)
     count = write_csv(path, export_columns(spec), rows)
     print(f"wrote {count} trials of {spec.name} to {path} (replay with --replay {path})")

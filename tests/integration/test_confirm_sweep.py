@@ -89,3 +89,11 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
     assert "confirmation boot(s) after the search budget" in html
     csv_rows = (outcome.report.parent / "trials.csv").read_text().strip().splitlines()
     assert len(csv_rows) == 1 + 3  # the replay table holds the search's trials only
+    # So does `spec-sweep export`: one row per searched configuration, no confirmation boots.
+    from spec_sweep.cli import main
+
+    exported = project_dir / "export.csv"
+    spec_file = project_dir / "sweeps" / "confirm.yaml"
+    assert main(["export", str(spec_file), "-o", str(exported), "--tracking-uri", uri,
+                 "--state-dir", str(project_dir / ".spec_sweep")]) == 0  # fmt: skip
+    assert len(exported.read_text().strip().splitlines()) == 1 + 3
