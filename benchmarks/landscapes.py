@@ -58,6 +58,10 @@ sys.path.insert(0, str(ROOT))
 
 from spec_sweep.failures import FailureMode  # noqa: E402
 from spec_sweep.replay import ReplayRow, ReplayTable, export_columns, write_csv  # noqa: E402
+
+# The same tree shape (one draft token per depth, then widening from the top) as the search's
+# own speculative model: the landscapes share that assumption with the searcher.
+from spec_sweep.search.spec_model import depth_widths  # noqa: E402
 from spec_sweep.search.tree_rules import check_tree  # noqa: E402
 from spec_sweep.space import Config, config_key, is_active, ordered_keys  # noqa: E402
 from spec_sweep.spec import SweepSpec  # noqa: E402
@@ -273,22 +277,10 @@ def load_node_spec(node: Node, folder: Path) -> SweepSpec:
 # Outcome of one configuration
 
 
-def _depth_budget(steps: int, topk: int, draft_tokens: int) -> list[int]:
-    """Candidates per depth: one per depth first, then widening from the top (best scores)."""
-    nodes = max(0, draft_tokens - 1)
-    budget = [1 if d < nodes else 0 for d in range(steps)]
-    left = nodes - sum(budget)
-    for d in range(steps):
-        extra = min(left, max(0, topk - budget[d]))
-        budget[d] += extra
-        left -= extra
-    return budget
-
-
 def accept_length(node: Node, steps: int, topk: int, draft_tokens: int) -> float:
     """Expected tokens per speculative cycle (the bonus token included)."""
     length, prob = 1.0, 1.0
-    for d, width in enumerate(_depth_budget(steps, topk, draft_tokens)):
+    for d, width in enumerate(depth_widths(steps, topk, draft_tokens)):
         if width == 0:
             break
         p = node.accept1 * node.decay**d
