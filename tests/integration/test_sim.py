@@ -22,7 +22,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import free_port, wait_until
+from harness import wait_until
+
+from spec_sweep.ports import choose_server_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8", "--trust-remote-code"]
@@ -39,7 +41,10 @@ class SimProcess:
     """One simulator process with its captured output."""
 
     def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+        # The trial launcher's own port choice: SGLang 0.5.13 (and the simulator emulating it)
+        # rejects a --port whose derived gRPC port (+10000) is above 65535, which a kernel
+        # ephemeral port (32768-60999) can be.
+        self.port = choose_server_port()
         self.log_path = tmp / f"sim-{self.port}.log"
         self.out_path = tmp / f"sim-{self.port}.out"
         environ = dict(os.environ)
