@@ -368,8 +368,7 @@ def _verdict_lines(spec: SweepSpec, verdict: Verdict) -> list[Any]:
         d = verdict.drift
         lines.append(
             Text(
-                f"baseline drift: {d.change:+.1%} ({d.first:.4g} -> {d.again:.4g}; noise allows "
-                f"±{d.bound:.1%})"
+                f"baseline drift: {d.describe()}"
                 + (": the node changed under the sweep" if d.beyond_noise else ""),
                 style="yellow" if d.beyond_noise else "",
             )

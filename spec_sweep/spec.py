@@ -400,9 +400,44 @@ class BudgetSpec(_Model):
         "and declare the winner on the pooled boots (0: off; docs/design.md, 'Confirmation').",
     )
     confirm_repeats: int = Field(3, ge=1, description="Extra boots of each confirmed config.")
+    confirm_max_repeats: int | None = Field(
+        None,
+        ge=1,
+        description="While the confirmed configurations are tied within noise, boot the tied "
+        "ones again, one interleaved round at a time, up to this many boots each (default: "
+        "twice confirm_repeats; equal to confirm_repeats: no extra rounds).",
+    )
     remeasure_baseline: bool = Field(
         True, description="Boot the baseline again at the end and report drift beyond noise."
     )
+    remeasure_every: int | None = Field(
+        None,
+        gt=0,
+        description="Also boot the baseline again after every N search trials, so drift is "
+        "seen while the sweep runs (needs remeasure_baseline).",
+    )
+
+    @model_validator(mode="after")
+    def _repeats(self) -> Self:
+        if self.confirm_max_repeats is not None and self.confirm_max_repeats < self.confirm_repeats:
+            raise ValueError(
+                f"confirm_max_repeats {self.confirm_max_repeats} is below confirm_repeats "
+                f"{self.confirm_repeats}: set it to at least {self.confirm_repeats} (equal: no "
+                "extra rounds on a tie)"
+            )
+        if self.remeasure_every is not None and not self.remeasure_baseline:
+            raise ValueError(
+                f"remeasure_every {self.remeasure_every} needs remeasure_baseline: true; set "
+                "it or drop remeasure_every"
+            )
+        return self
+
+    @property
+    def max_repeats(self) -> int:
+        """Boots per confirmed configuration at most (`confirm_max_repeats` or its default)."""
+        if self.confirm_max_repeats is not None:
+            return self.confirm_max_repeats
+        return 2 * self.confirm_repeats
 
 
 class SearcherSpec(_Model):

@@ -238,11 +238,6 @@ def confirmation_view(spec: SweepSpec, records: Sequence[TrialRecord]) -> dict[s
                 )
                 for c in v.candidates
             ],
-            "drift": (
-                f"{v.drift.change:+.1%} ({v.drift.first:.4g} -> {v.drift.again:.4g}; noise "
-                f"allows +-{v.drift.bound:.1%})"
-                if v.drift is not None
-                else None
-            ),
+            "drift": v.drift.describe() if v.drift is not None else None,
         }
     return out

@@ -7,9 +7,13 @@ The spread between boots is several times the uncertainty within one, so more bo
 prompts, separate close configurations. This module plans and judges those boots:
 
 - `plan`: after the search budget the top `budget.confirm` configurations are booted again
-  `budget.confirm_repeats` times each, interleaved (A B C A B C), then the baseline once more
-  (drift). Repeats have their own trial ids, `<trial id>.r<n>`, run through the same trial path
-  and are tagged `spec_sweep.confirms=<trial id>` in MLflow.
+  `budget.confirm_repeats` times each, interleaved (A B C A B C); while the verdict is a tie,
+  the configurations tied with the best get one more interleaved round, up to
+  `budget.max_repeats` boots each (sequential confirmation: boots go where the decision is
+  close); last the baseline once more (drift). Repeats have their own trial ids,
+  `<trial id>.r<n>`, run through the same trial path and are tagged
+  `spec_sweep.confirms=<trial id>` in MLflow. `remeasure_due`: with `budget.remeasure_every`
+  the baseline is also booted again during the search, after every N search trials.
 - `verdict`: each candidate's boots are pooled (mean; with two or more confirmation boots each,
   only those: the search measurement that put it in the top is biased upward by selection,
   the winner's curse); the between-boot spread is pooled over
@@ -17,10 +21,11 @@ prompts, separate close configurations. This module plans and judges those boots
   interval. The best pooled mean wins outright only if a t test of its difference to every
   other candidate rejects equality; otherwise the result is a "tie within noise" and the
   recommendation is the lower-risk of the tied configurations: fewer flags changed from the
-  baseline, then fewer failed configurations one step away, then the higher mean.
-- Drift: the baseline's second boot against its first; a change larger than the between-boot
-  noise allows (the t bound of a difference of two single boots) is "the node changed under
-  the sweep".
+  baseline, then fewer failed configurations one step away (nearer a failure boundary), then
+  the higher mean.
+- Drift: every re-measure of the baseline against its first boot; a change larger than the
+  between-boot noise allows (the t bound of a difference of two single boots, Bonferroni over
+  the re-measures) is "the node changed under the sweep".
 
 No Ray, no MLflow client, no I/O.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from spec_sweep.failures import FailureMode
 from spec_sweep.metrics import CI_HIGH, CI_LOW
@@ -53,7 +59,9 @@ __all__ = [
     "confirm_metrics",
     "is_repeat",
     "plan",
+    "remeasure_due",
     "repeat_id",
+    "repeated_of",
     "search_records",
     "t_quantile",
     "verdict",
@@ -71,13 +79,27 @@ _T975 = (
 )  # fmt: skip
 
 
-def t_quantile(df: int) -> float:
-    """The two-sided 95% quantile of Student's t with `df` degrees of freedom (df >= 1)."""
+def t_quantile(df: int, p: float = 0.975) -> float:
+    """The `p` quantile of Student's t with `df` degrees of freedom (df >= 1).
+
+    The 97.5% quantile (a two-sided 95% interval) is tabulated; other levels use the
+    Cornish-Fisher expansion around the normal quantile (within 3% of the exact value for
+    df >= 3 at the levels a Bonferroni correction over a few comparisons asks for: 4.75
+    against 4.86 for df 3 at 99.17%; within 0.1% at 97.5% for df >= 10).
+    """
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    return 1.96 + 2.4 / df  # within 0.002 of the exact value above 30
+    if p == 0.975:
+        if df <= len(_T975):
+            return _T975[df - 1]
+        return 1.96 + 2.4 / df  # within 0.002 of the exact value above 30
+    z = NormalDist().inv_cdf(p)
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
 
 
 def repeat_id(trial_id: str, n: int) -> str:
@@ -124,37 +146,104 @@ def _ranked(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[TrialRecord
     return sorted(ok, key=lambda r: (-sign * (objective_value(spec, r.metrics) or 0.0), r.trial_id))
 
 
-def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
-    """The confirmation boots still to run, interleaved, then the baseline's re-measure.
+def _repeat_numbers(records: Sequence[TrialRecord], trial_id: str) -> list[int]:
+    """The numbers of the finished boots repeating `trial_id` (`t0007.r2` -> 2)."""
+    out = []
+    for tid in latest_finished(records):
+        if is_repeat(tid) and repeated_of(tid) == trial_id:
+            out.append(int(tid.rsplit(_SEP, 1)[1]))
+    return sorted(out)
 
-    Args:
-        spec: The sweep (`budget.confirm`, `budget.confirm_repeats`, `budget.remeasure_baseline`).
-        records: Every record of the sweep so far (search and confirmation).
 
-    Returns:
-        The boots not yet finished, in launch order; attempt > 1 for one that was interrupted.
-    """
-    top = _ranked(spec, records)[: spec.budget.confirm]
-    boots: list[tuple[str, Config]] = []
-    n_base = 0
-    if len(top) >= 2:
-        for n in range(1, spec.budget.confirm_repeats + 1):
-            boots += [(repeat_id(r.trial_id, n), r.config) for r in top]
-        if any(r.trial_id == BASELINE_ID for r in top):
-            n_base = spec.budget.confirm_repeats
-    finished = latest_finished(records)
-    base = finished.get(BASELINE_ID)
-    if spec.budget.remeasure_baseline and base is not None and _feasible(spec, base):
-        # The drift check is always the baseline's last boot, after everything else.
-        boots.append((repeat_id(BASELINE_ID, n_base + 1), base.config))
+def _next_ids(records: Sequence[TrialRecord], trial_id: str, n: int) -> list[str]:
+    """The next `n` boot ids of `trial_id`: the lowest numbers not finished yet (an interrupted
+    boot keeps its id and is launched again as its next attempt)."""
+    done = set(_repeat_numbers(records, trial_id))
+    out: list[str] = []
+    k = 0
+    while len(out) < n:
+        k += 1
+        if k not in done:
+            out.append(repeat_id(trial_id, k))
+    return out
+
+
+def _repeats(records: Sequence[TrialRecord], boots: Sequence[tuple[str, Config]]) -> list[Repeat]:
     attempts: dict[str, int] = {}
     for record in records:
         attempts[record.trial_id] = attempts.get(record.trial_id, 0) + 1
     return [
         Repeat(trial_id=tid, attempt=attempts.get(tid, 0) + 1, params=dict(cfg), config=cfg)
         for tid, cfg in boots
-        if tid not in finished
     ]
+
+
+def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
+    """The next confirmation boots to run, in launch order (empty: confirmation is over).
+
+    A function of the record only, so an interrupted sweep resumes where it stopped. Called
+    again after each batch: first the `budget.confirm_repeats` boots of each of the top
+    `budget.confirm` configurations, interleaved (A B C A B C); then, while the verdict is a
+    tie, one more interleaved round of the tied configurations, up to `budget.max_repeats`
+    boots each; last the baseline once more (drift), unless a baseline boot is already the
+    last one.
+
+    Args:
+        spec: The sweep (`budget.confirm`, `budget.confirm_repeats`,
+            `budget.confirm_max_repeats`, `budget.remeasure_baseline`).
+        records: Every record of the sweep so far (search and confirmation).
+
+    Returns:
+        The boots of the next batch; attempt > 1 for one that was interrupted.
+    """
+    top = _ranked(spec, records)[: spec.budget.confirm]
+    if len(top) >= 2:
+        finished_ids = set(latest_finished(records))
+        fixed = [
+            (repeat_id(r.trial_id, n), r.config)
+            for n in range(1, spec.budget.confirm_repeats + 1)
+            for r in top
+            if repeat_id(r.trial_id, n) not in finished_ids
+        ]
+        if fixed:
+            return _repeats(records, fixed)
+        judged = verdict(spec, records)
+        if judged is not None and judged.tie:
+            more = [
+                (_next_ids(records, c.trial_id, 1)[0], c.config)
+                for c in judged.tied
+                if len(_repeat_numbers(records, c.trial_id)) < spec.budget.max_repeats
+            ]
+            if more:
+                return _repeats(records, more)
+    finished = latest_finished(records)
+    base = finished.get(BASELINE_ID)
+    if spec.budget.remeasure_baseline and base is not None and _feasible(spec, base):
+        # The drift check is always the baseline's last boot, after everything else.
+        boots = [r for r in finished.values() if is_repeat(r.trial_id)]
+        last = max(boots, key=lambda r: (r.start_time, r.trial_id), default=None)
+        if last is None or repeated_of(last.trial_id) != BASELINE_ID:
+            return _repeats(records, [(_next_ids(records, BASELINE_ID, 1)[0], base.config)])
+    return []
+
+
+def remeasure_due(spec: SweepSpec, records: Sequence[TrialRecord]) -> Repeat | None:
+    """A baseline boot owed during the search (`budget.remeasure_every`), or None.
+
+    After every `remeasure_every` finished search trials the baseline is booted once more, so
+    a node that changes while the sweep runs shows in the drift check before the end.
+    """
+    every = spec.budget.remeasure_every
+    if every is None or not spec.budget.remeasure_baseline:
+        return None
+    finished = latest_finished(records)
+    base = finished.get(BASELINE_ID)
+    if base is None or not _feasible(spec, base):
+        return None
+    searched = len(latest_finished(search_records(records)))
+    if len(_repeat_numbers(records, BASELINE_ID)) >= searched // every:
+        return None
+    return _repeats(records, [(_next_ids(records, BASELINE_ID, 1)[0], base.config)])[0]
 
 
 class ConfirmQueue:
@@ -193,13 +282,22 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Drift:
-    """The baseline measured at the start and again at the end."""
+    """The baseline measured at the start and again during and at the end of the sweep."""
 
     first: float
-    again: float
+    again: float  # the last boot
     change: float  # relative, (again - first) / first
-    bound: float  # relative change the noise allows (95%)
+    bound: float  # relative change the noise allows (95%, over all the re-measures together)
     beyond_noise: bool
+    worst: float = 0.0  # the largest relative change of any re-measure, signed
+    boots: int = 1  # baseline re-measures compared with the first boot
+
+    def describe(self) -> str:
+        """One line for the summary and the report."""
+        text = f"{self.change:+.1%} at the end ({self.first:.4g} -> {self.again:.4g})"
+        if self.boots > 1:
+            text += f"; largest of {self.boots} re-measures {self.worst:+.1%}"
+        return f"{text}; noise allows +-{self.bound:.1%}"
 
 
 @dataclass
@@ -214,6 +312,7 @@ class Verdict:
     reason: str
     spent: int
     noise_rel_sd: float | None
+    tied: list[Candidate] = field(default_factory=list)
     drift: Drift | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -306,11 +405,12 @@ def verdict(spec: SweepSpec, records: Sequence[TrialRecord]) -> Verdict | None:
     )
     if candidates:
         _decide(out, candidates, t=t, rel_sd=rel_sd)
-    out.drift = _drift(spec, finished, rel_sd=rel_sd, t=t)
+    out.drift = _drift(spec, finished, rel_sd=rel_sd, df=df)
     if out.drift is not None and out.drift.beyond_noise:
         out.warnings.append(
-            f"the node changed under the sweep: the baseline measured {out.drift.change:+.1%} "
-            f"at the end ({out.drift.first:.4g} -> {out.drift.again:.4g}), beyond the "
+            f"the node changed under the sweep: the baseline measured {out.drift.worst:+.1%} "
+            f"against its first boot ({out.drift.boots} re-measure(s), last "
+            f"{out.drift.first:.4g} -> {out.drift.again:.4g}), beyond the "
             f"+-{out.drift.bound:.1%} two boots differ by noise; compare trials run far apart "
             "with care"
         )
@@ -335,6 +435,7 @@ def _decide(out: Verdict, cands: list[Candidate], *, t: float | None, rel_sd: fl
         )
         return
     out.tie = True
+    out.tied = tied
     pick = min(tied, key=lambda c: (c.changed_flags, c.failed_neighbours, cands.index(c)))
     out.recommended = pick
     names = ", ".join(c.trial_id for c in tied)
@@ -357,25 +458,37 @@ def _drift(
     finished: Mapping[str, TrialRecord],
     *,
     rel_sd: float | None,
-    t: float | None,
+    df: int,
 ) -> Drift | None:
-    boots = [t for t in finished if is_repeat(t) and repeated_of(t) == BASELINE_ID]
-    if not boots:
+    first = finished.get(BASELINE_ID)
+    boots = sorted(
+        (r for tid, r in finished.items() if is_repeat(tid) and repeated_of(tid) == BASELINE_ID),
+        key=lambda r: (r.start_time, int(r.trial_id.rsplit(_SEP, 1)[1])),
+    )
+    if first is None or not boots:
         return None
-    last = max(boots, key=lambda t: int(t.rsplit(_SEP, 1)[1]))
-    first, again = finished.get(BASELINE_ID), finished[last]
-    if first is None:
+    a = objective_value(spec, first.metrics)
+    values = [v for v in (objective_value(spec, r.metrics) for r in boots) if v is not None]
+    if a is None or a <= 0 or not values:
         return None
-    a, b = objective_value(spec, first.metrics), objective_value(spec, again.metrics)
-    if a is None or b is None or a <= 0:
-        return None
-    if rel_sd is not None and t is not None:
-        bound = t * rel_sd * math.sqrt(2.0)
+    m = len(values)
+    if rel_sd is not None and df >= 1:
+        # Several re-measures are several comparisons: Bonferroni keeps the false alarm at 5%.
+        bound = t_quantile(df, 1 - 0.025 / m) * rel_sd * math.sqrt(2.0)
     else:  # no repeats: only the within-boot intervals say how well each value is known
-        halves = [_half_width(spec, r.metrics) for r in (first, again)]
+        halves = [_half_width(spec, r.metrics) for r in (first, boots[-1])]
         bound = 2.0 * math.sqrt(sum(h * h for h in halves))
-    change = (b - a) / a
-    return Drift(first=a, again=b, change=change, bound=bound, beyond_noise=abs(change) > bound)
+    changes = [(v - a) / a for v in values]
+    worst = max(changes, key=abs)
+    return Drift(
+        first=a,
+        again=values[-1],
+        change=changes[-1],
+        bound=bound,
+        beyond_noise=abs(worst) > bound,
+        worst=worst,
+        boots=m,
+    )
 
 
 def _half_width(spec: SweepSpec, metrics: Mapping[str, float]) -> float:

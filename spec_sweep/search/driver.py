@@ -41,9 +41,12 @@ from spec_sweep.progress import SweepProgress
 from spec_sweep.search.cluster import NODE_RESOURCE, check_cluster, ray_pids, start_ray
 from spec_sweep.search.confirm import (
     ConfirmQueue,
+    Repeat,
     Verdict,
     confirm_metrics,
     plan,
+    remeasure_due,
+    repeated_of,
     search_records,
     verdict,
     workload_warning,
@@ -339,28 +342,46 @@ def _run(
                 next_index=next_index,
                 failure_aware=options.failure_aware,
             )
-            _fit(spec, state, searcher, ctx, remaining, options, n_nodes, interrupt, environment)
-            outcome.environment = environment.reason
-            outcome.interrupted = interrupt.event.is_set() and environment.reason is None
+            every = spec.budget.remeasure_every
+            while True:
+                now = tracker.trials(parent_run_id)
+                left = spec.budget.trials - len(latest_finished(search_records(now)))
+                due = remeasure_due(spec, now)
+                if due is not None:  # the baseline again, every `remeasure_every` trials
+                    if progress is not None:
+                        progress.note("re-measuring the baseline (drift check)")
+                    batch: SweepSearcher | ConfirmQueue = ConfirmQueue([due])
+                    samples = 1
+                elif left > 0 and not searcher.exhausted:
+                    searched_now = spec.budget.trials - left
+                    batch = searcher
+                    samples = left if every is None else min(left, every - searched_now % every)
+                else:
+                    break
+                _fit(spec, state, batch, ctx, samples, options, n_nodes, interrupt, environment)
+                outcome.environment = environment.reason
+                outcome.interrupted = interrupt.event.is_set() and environment.reason is None
+                after = tracker.trials(parent_run_id)
+                if outcome.interrupted or outcome.environment or len(after) == len(now):
+                    break  # stopped, or a batch that recorded nothing (Tune gave up)
             outcome.exhausted = searcher.exhausted
             outcome.study = searcher.study
         done = latest_finished(search_records(tracker.trials(parent_run_id)))
         searched = len(done) >= spec.budget.trials or outcome.exhausted or remaining <= 0
-        if searched and not outcome.interrupted and not outcome.environment:
-            # Confirmation: the top configurations booted again, then the baseline (drift).
+        # Confirmation: the top configurations booted again (more rounds while tied within
+        # noise), then the baseline (drift); each batch is planned from the record.
+        while searched and not outcome.interrupted and not outcome.environment:
             boots = plan(spec, tracker.trials(parent_run_id))
-            if boots:
-                if progress is not None:
-                    progress.note(
-                        f"confirming: {len(boots)} more boot(s) of the top "
-                        f"{spec.budget.confirm} configurations and the baseline, interleaved"
-                    )
-                _fit(
-                    spec, state, ConfirmQueue(boots), ctx, len(boots), options, n_nodes,
-                    interrupt, environment,
-                )  # fmt: skip
-                outcome.environment = environment.reason
-                outcome.interrupted = interrupt.event.is_set() and environment.reason is None
+            if not boots:
+                break
+            if progress is not None:
+                progress.note(_confirm_note(spec, boots))
+            _fit(
+                spec, state, ConfirmQueue(boots), ctx, len(boots), options, n_nodes,
+                interrupt, environment,
+            )  # fmt: skip
+            outcome.environment = environment.reason
+            outcome.interrupted = interrupt.event.is_set() and environment.reason is None
     except BaseException:
         # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
         with contextlib.suppress(Exception):
@@ -394,6 +415,16 @@ def _run(
     else:
         tracker.finish_sweep(parent_run_id, status="KILLED")
     return outcome
+
+
+def _confirm_note(spec: SweepSpec, boots: Sequence[Repeat]) -> str:
+    origins = list(dict.fromkeys(repeated_of(b.trial_id) for b in boots))
+    if origins == [BASELINE_ID] and len(boots) == 1:
+        return "re-measuring the baseline (drift check)"
+    return (
+        f"confirming: {len(boots)} more boot(s) of {', '.join(origins)}, interleaved "
+        f"(up to {spec.budget.max_repeats} each while tied within noise)"
+    )
 
 
 def _verdict_tags(v: Verdict) -> dict[str, str]:

@@ -31,7 +31,14 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
         },
         baseline=harness.DROP,
         workload={"output_len": 24, "num_prompts": 4},
-        budget={"trials": 3, "confirm": 2, "confirm_repeats": 1, "remeasure_baseline": True},
+        budget={
+            "trials": 3,
+            "confirm": 2,
+            "confirm_repeats": 1,
+            "confirm_max_repeats": 1,
+            "remeasure_baseline": True,
+            "remeasure_every": 2,
+        },
     )
     uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
     outcome = sweep(
@@ -44,12 +51,14 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
     assert sorted(r.trial_id for r in outcome.records) == ["t0000", "t0001", "t0002"]
     verdict = outcome.verdict
     assert verdict is not None
-    assert verdict.spent == 3  # two candidates once more, the baseline once more
     ids = {c.trial_id for c in verdict.candidates}
-    # the baseline's last boot is the drift check; it also counts if the baseline is a candidate
-    assert [len(c.values) for c in verdict.candidates] == [
-        3 if c.trial_id == "t0000" else 2 for c in verdict.candidates
-    ]
+    # The baseline was booted again after the second search trial (remeasure_every: 2); as a
+    # candidate that fresh boot is its confirmation boot too. Each candidate gets one fresh
+    # boot, then the baseline once more at the very end (drift).
+    expected = ["t0000.r1", "t0000.r2"] + [f"{c}.r1" for c in sorted(ids - {"t0000"})]
+    assert verdict.spent == len(expected)
+    assert verdict.drift is not None
+    assert verdict.drift.boots == 2  # the re-measure during the search and the one at the end
     winner = verdict.winner
     assert winner is not None
     assert winner.ci_low <= winner.mean <= winner.ci_high
@@ -70,8 +79,14 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
     repeats = {
         r.data.tags["spec_sweep.trial_id"]: r for r in children if CONFIRM_TAG in r.data.tags
     }
-    drift_boot = "t0000.r2" if "t0000" in ids else "t0000.r1"
-    assert sorted(repeats) == sorted([f"{c}.r1" for c in ids] + [drift_boot])
+    assert sorted(repeats) == sorted(expected)
+    order = sorted(repeats, key=lambda t: repeats[t].info.start_time)
+    assert order[0] == "t0000.r1"
+    assert order[-1] == "t0000.r2"
+    search_starts = [
+        r.info.start_time for r in children if r.data.tags["spec_sweep.trial_id"] == "t0002"
+    ]
+    assert repeats["t0000.r1"].info.start_time < min(search_starts)  # during the search
     for trial_id, run in repeats.items():
         assert run.data.tags[CONFIRM_TAG] == trial_id.split(".")[0]
         assert run.data.tags["spec_sweep.kind"] == "trial"
@@ -81,7 +96,7 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
     launched = sorted(
         p.parent.parent.name for p in outcome.state.path.glob("trials/*/*/command.txt")
     )
-    assert len(launched) == 6  # three search trials + three confirmation boots, each launched
+    assert len(launched) == 3 + len(expected)  # every search trial and boot was launched
     assert outcome.report is not None
     html = outcome.report.read_text()
     assert "<h2>Confirmation</h2>" in html
