@@ -86,6 +86,10 @@ def greedy_outputs(
             "ignore_eos": True,
         },
     }
+    # SGLang 0.5.13 answers a non-streaming batch with one JSON list of
+    # {"text", "output_ids", "meta_info"} per prompt (http_server.generate_request returns the
+    # first item of TokenizerManager._handle_batch_request: the gathered finished outputs, whose
+    # "output_ids" is a copy of the request state's ids); read in the 0.5.13 wheel's source.
     with httpx.Client(base_url=base_url, timeout=request_timeout_s, trust_env=False) as client:
         r = client.post("/generate", json=body)
         r.raise_for_status()

@@ -10,7 +10,8 @@ prompts, separate close configurations. This module plans and judges those boots
   `budget.confirm_repeats` times each, interleaved (A B C A B C); while the verdict is a tie,
   the configurations tied with the best get one more interleaved round, up to
   `budget.max_repeats` boots each (sequential confirmation: boots go where the decision is
-  close); last the baseline once more (drift). Repeats have their own trial ids,
+  close; not those already known to be within `RESOLUTION` of the best); last the baseline once
+  more (drift). Repeats have their own trial ids,
   `<trial id>.r<n>`, run through the same trial path and are tagged
   `spec_sweep.confirms=<trial id>` in MLflow. `remeasure_due`: with `budget.remeasure_every`
   the baseline is also booted again during the search, after every N search trials.
@@ -209,9 +210,10 @@ def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
             return _repeats(records, fixed)
         judged = verdict(spec, records)
         if judged is not None and judged.tie:
+            open_ = _undecided(judged)
             more = [
                 (_next_ids(records, c.trial_id, 1)[0], c.config)
-                for c in judged.tied
+                for c in open_
                 if len(_repeat_numbers(records, c.trial_id)) < spec.budget.max_repeats
             ]
             if more:
@@ -225,6 +227,29 @@ def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
         if last is None or repeated_of(last.trial_id) != BASELINE_ID:
             return _repeats(records, [(_next_ids(records, BASELINE_ID, 1)[0], base.config)])
     return []
+
+
+#: Differences smaller than this (relative) are not worth more boots to resolve.
+RESOLUTION = 0.01
+
+
+def _undecided(judged: Verdict) -> list[Candidate]:
+    """The tied candidates whose difference from the best may still exceed `RESOLUTION`.
+
+    A tied candidate whose 95% interval of the difference from the best lies within
+    +-`RESOLUTION` is as good as the best for the user's purpose: more boots would only rank
+    noise. The best is booted again along with any candidate still open.
+    """
+    if judged.noise_rel_sd is None or judged.t is None or len(judged.tied) < 2:
+        return []
+    best = judged.tied[0]
+    open_ = []
+    for other in judged.tied[1:]:
+        se = judged.noise_rel_sd * math.sqrt(1 / len(best.values) + 1 / len(other.values))
+        diff = abs(best.mean - other.mean) / ((best.mean + other.mean) / 2)
+        if diff + judged.t * se > RESOLUTION:
+            open_.append(other)
+    return [best, *open_] if open_ else []
 
 
 def remeasure_due(spec: SweepSpec, records: Sequence[TrialRecord]) -> Repeat | None:
@@ -312,6 +337,7 @@ class Verdict:
     reason: str
     spent: int
     noise_rel_sd: float | None
+    t: float | None = None  # the 95% t quantile of the pooled between-boot spread
     tied: list[Candidate] = field(default_factory=list)
     drift: Drift | None = None
     warnings: list[str] = field(default_factory=list)
@@ -402,6 +428,7 @@ def verdict(spec: SweepSpec, records: Sequence[TrialRecord]) -> Verdict | None:
         reason="",
         spent=len(repeats),
         noise_rel_sd=rel_sd,
+        t=t,
     )
     if candidates:
         _decide(out, candidates, t=t, rel_sd=rel_sd)
@@ -510,9 +537,9 @@ def workload_warning(spec: SweepSpec, records: Sequence[TrialRecord]) -> str | N
     if base is None or base.failure_mode is not FailureMode.NONE:
         return None
     half = _half_width(spec, base.metrics)
-    if half <= 0.01:
+    if half <= RESOLUTION:
         return None
-    need = math.ceil(spec.workload.num_prompts * (half / 0.01) ** 2)
+    need = math.ceil(spec.workload.num_prompts * (half / RESOLUTION) ** 2)
     return (
         f"workload too small to rank close configurations: the baseline's {spec.objective.metric}"
         f" is known only to +-{half:.1%} within one boot (95%), wider than the 1% differences "

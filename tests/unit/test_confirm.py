@@ -153,6 +153,34 @@ def test_tie_gets_more_rounds_of_the_tied_up_to_max_repeats(tmp_path: Path) -> N
     assert [b.trial_id for b in confirm.plan(spec, more)] == ["t0000.r1"]
 
 
+def test_no_more_rounds_when_a_tie_is_within_the_resolution(tmp_path: Path) -> None:
+    # Steady boots, means 0.2% apart: tied, but the interval of the difference is inside +-1%,
+    # so more boots would only rank noise; the confirmation ends with the drift boot.
+    spec = _spec(tmp_path, confirm_max_repeats=6)
+    steady = [
+        _rec("t0000", BASE, 100.0),
+        _rec("t0001", A, 110.0),
+        _rec("t0002", B, 111.0),
+        _rec("t0002.r1", B, 110.1),
+        _rec("t0001.r1", A, 110.0),
+        _rec("t0002.r2", B, 110.3),
+        _rec("t0001.r2", A, 110.0),
+    ]
+    v = confirm.verdict(spec, steady)
+    assert v is not None
+    assert v.tie
+    assert [b.trial_id for b in confirm.plan(spec, steady)] == ["t0000.r1"]
+    # The same means with a wider spread leave the difference open: both get another boot.
+    noisy = [
+        *steady[:3],
+        *(
+            _rec(r.trial_id, r.config, x)
+            for r, x in zip(steady[3:], (108.0, 112.0, 112.6, 108.0), strict=True)
+        ),
+    ]
+    assert [b.trial_id for b in confirm.plan(spec, noisy)] == ["t0002.r3", "t0001.r3"]
+
+
 def test_remeasure_due_every_n_search_trials(tmp_path: Path) -> None:
     spec = _spec(tmp_path, remeasure_every=2)
     records = [_rec("t0000", BASE, 100.0)]
