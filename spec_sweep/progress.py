@@ -73,6 +73,8 @@ class SweepSummary(Protocol):
     @property
     def environment(self) -> str | None: ...
     @property
+    def out_of_time(self) -> bool: ...
+    @property
     def verdict(self) -> Verdict | None: ...
     @property
     def warnings(self) -> list[str]: ...
@@ -336,6 +338,15 @@ class SweepProgress:
                 Text(
                     f"\ninterrupted after {len(finished)}/{spec.budget.trials} trials: "
                     "run the same command again to resume",
+                    style="yellow",
+                )
+            )
+        elif outcome.out_of_time:
+            parts.append(
+                Text(
+                    f"\nbudget.max_hours ({spec.budget.max_hours:g} h) used up after "
+                    f"{len(finished)}/{spec.budget.trials} trials: run the same command again "
+                    "to continue",
                     style="yellow",
                 )
             )

@@ -231,6 +231,9 @@ def _format_validation(path: Path, exc: ValidationError, raw: Any) -> str:
         text = f"{path}: {loc}: unknown key: {fix}"
     elif kind == "missing":
         text = f"{path}: {loc}: required key is missing: {fix}"
+    elif kind == "value_error" and isinstance(value, dict):
+        # A check across keys of one section: its message names the keys and their values.
+        text = f"{path}: {loc or '(top level)'}: {msg}"
     else:
         text = f"{path}: {loc or '(top level)'}: {_short(value)} is invalid: {msg}"
         if fix:

@@ -119,6 +119,7 @@ class SweepOutcome:
     study: Any = None
     new_trials: int = 0
     environment: str | None = None
+    out_of_time: bool = False  # `budget.max_hours` ran out before the sweep was complete
     report: Path | None = None
     report_error: str | None = None
     verdict: Verdict | None = None
@@ -332,6 +333,9 @@ def _run(
     )
     interrupt = _Interrupt()
     previous = _install_sigint(interrupt, state)
+    # `budget.max_hours` bounds this run as a whole, across its Tune batches.
+    hours = spec.budget.max_hours
+    deadline = time.monotonic() + hours * 3600 if hours else None
     try:
         environment = _EnvironmentStop(interrupt)
         if remaining > 0:
@@ -358,7 +362,10 @@ def _run(
                     samples = left if every is None else min(left, every - searched_now % every)
                 else:
                     break
-                _fit(spec, state, batch, ctx, samples, options, n_nodes, interrupt, environment)
+                if _past(deadline):
+                    break
+                _fit(spec, state, batch, ctx, samples, options, n_nodes, interrupt, environment,
+                     deadline=deadline)  # fmt: skip
                 outcome.environment = environment.reason
                 outcome.interrupted = interrupt.event.is_set() and environment.reason is None
                 after = tracker.trials(parent_run_id)
@@ -371,17 +378,20 @@ def _run(
         # Confirmation: the top configurations booted again (more rounds while tied within
         # noise), then the baseline (drift); each batch is planned from the record.
         while searched and not outcome.interrupted and not outcome.environment:
-            boots = plan(spec, tracker.trials(parent_run_id))
-            if not boots:
+            now = tracker.trials(parent_run_id)
+            boots = plan(spec, now)
+            if not boots or _past(deadline):
                 break
             if progress is not None:
                 progress.note(_confirm_note(spec, boots))
             _fit(
                 spec, state, ConfirmQueue(boots), ctx, len(boots), options, n_nodes,
-                interrupt, environment,
+                interrupt, environment, deadline=deadline,
             )  # fmt: skip
             outcome.environment = environment.reason
             outcome.interrupted = interrupt.event.is_set() and environment.reason is None
+            if len(tracker.trials(parent_run_id)) == len(now):
+                break  # a batch that recorded nothing (Tune gave up): do not plan it again
     except BaseException:
         # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
         with contextlib.suppress(Exception):
@@ -399,6 +409,12 @@ def _run(
     done = latest_finished(outcome.records)
     outcome.new_trials = len(done) - len(finished)
     complete = (len(done) >= spec.budget.trials or outcome.exhausted) and not outcome.interrupted
+    outcome.out_of_time = (
+        _past(deadline)
+        and not outcome.interrupted
+        and (not complete or bool(plan(spec, everything)))
+    )
+    complete = complete and not outcome.out_of_time
     outcome.verdict = verdict(spec, everything)
     outcome.warnings = [w for w in [workload_warning(spec, everything)] if w]
     if outcome.verdict is not None:
@@ -415,6 +431,11 @@ def _run(
     else:
         tracker.finish_sweep(parent_run_id, status="KILLED")
     return outcome
+
+
+def _past(deadline: float | None) -> bool:
+    """Whether the run's `budget.max_hours` is used up."""
+    return deadline is not None and time.monotonic() >= deadline
 
 
 def _confirm_note(spec: SweepSpec, boots: Sequence[Repeat]) -> str:
@@ -448,6 +469,8 @@ def _fit(
     n_nodes: int,
     interrupt: _Interrupt,
     environment: _EnvironmentStop,
+    *,
+    deadline: float | None = None,
 ) -> None:
     """Run `samples` trials of `source` through Ray Tune, one whole node per trial; a trial
     that finds the node unable to start any server stops it (`environment`)."""
@@ -466,7 +489,7 @@ def _fit(
             num_samples=samples,
             max_concurrent_trials=spec.budget.max_concurrent or n_nodes,
             reuse_actors=True,
-            time_budget_s=spec.budget.max_hours * 3600 if spec.budget.max_hours else None,
+            time_budget_s=max(1.0, deadline - time.monotonic()) if deadline else None,
         ),
         run_config=tune.RunConfig(
             name=f"tune-{time.time_ns()}",

@@ -112,3 +112,33 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
     assert main(["export", str(spec_file), "-o", str(exported), "--tracking-uri", uri,
                  "--state-dir", str(project_dir / ".spec_sweep")]) == 0  # fmt: skip
     assert len(exported.read_text().strip().splitlines()) == 1 + 3
+
+
+def test_max_hours_bounds_the_whole_run_not_each_batch(project_dir: Path) -> None:
+    # With `remeasure_every` the search runs as several Tune batches; `budget.max_hours` is one
+    # deadline for all of them (checked before each batch), not a fresh allowance per batch.
+    spec = harness.make_spec(
+        project_dir / "sweeps",
+        name="deadline",
+        node={"sim_profile": "h200-nvlink-x8"},
+        search_space={
+            "include": [],
+            "params": {"cuda-graph-max-bs": {"choices": [64, 128, 512], "default": 512}},
+        },
+        baseline=harness.DROP,
+        workload={"output_len": 24, "num_prompts": 4},
+        budget={"trials": 3, "remeasure_baseline": True, "remeasure_every": 1, "max_hours": 1e-7},
+    )
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'deadline.db'}"
+    outcome = sweep(
+        spec,
+        backend=SimBackend(spec, grace_s=2.0),
+        state_dir=project_dir / ".spec_sweep",
+        tracking_uri=uri,
+    )
+    assert outcome.new_trials == 0
+    assert outcome.out_of_time
+    assert not outcome.interrupted
+    assert outcome.verdict is None
+    parent = MlflowClient(uri).get_run(outcome.parent_run_id)
+    assert parent.info.status == "KILLED"  # unfinished: the same command resumes it

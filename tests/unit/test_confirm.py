@@ -234,7 +234,9 @@ def test_drift_over_several_remeasures_reports_the_worst(tmp_path: Path) -> None
 
 
 def test_budget_repeat_settings_are_checked(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="confirm_max_repeats 2 is below confirm_repeats 3"):
+    with pytest.raises(
+        SpecError, match=r"test.yaml: budget: confirm_max_repeats 2 is below confirm_repeats 3"
+    ):
         _spec(tmp_path, confirm_repeats=3, confirm_max_repeats=2)
     with pytest.raises(SpecError, match="remeasure_every 5 needs remeasure_baseline: true"):
         _spec(tmp_path, remeasure_every=5, remeasure_baseline=False)
