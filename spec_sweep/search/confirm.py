@@ -564,5 +564,6 @@ def confirm_metrics(out: Verdict) -> dict[str, float]:
         m["boot_noise_rel_sd"] = out.noise_rel_sd
     if out.drift is not None:
         m["baseline_drift"] = out.drift.change
+        m["baseline_drift_max"] = out.drift.worst
         m["baseline_drift_bound"] = out.drift.bound
     return m

@@ -223,6 +223,7 @@ def test_drift_over_several_remeasures_reports_the_worst(tmp_path: Path) -> None
     assert v.drift.boots == 3
     assert v.drift.change == pytest.approx(0.005)  # the last boot alone looks fine
     assert v.drift.worst == pytest.approx(-0.15)
+    assert confirm.confirm_metrics(v)["baseline_drift_max"] == pytest.approx(-0.15)
     assert v.drift.beyond_noise
     assert any("-15.0%" in w and "3 re-measure(s)" in w for w in v.warnings)
     # Three comparisons get a wider bound than one (Bonferroni).
