@@ -91,8 +91,7 @@ class UiServer:
         """Stop the server's process group (SIGTERM, SIGKILL after `timeout`) and reap it.
 
         The UI server holds nothing a graceful stop would save (the store's writes are
-        transactions), so Ctrl-C should not wait long for uvicorn to drain its connections: on
-        a loaded 2-core machine that drain once took over 10 s.
+        transactions), so Ctrl-C does not wait long for uvicorn to drain its connections.
         """
         stop_process_group(self.proc.pid, grace_s=timeout, leader=self.proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
