@@ -147,26 +147,23 @@ def _ranked(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[TrialRecord
     return sorted(ok, key=lambda r: (-sign * (objective_value(spec, r.metrics) or 0.0), r.trial_id))
 
 
-def _repeat_numbers(records: Sequence[TrialRecord], trial_id: str) -> list[int]:
+def _repeat_numbers(finished: Mapping[str, TrialRecord], trial_id: str) -> list[int]:
     """The numbers of the finished boots repeating `trial_id` (`t0007.r2` -> 2)."""
     out = []
-    for tid in latest_finished(records):
+    for tid in finished:
         if is_repeat(tid) and repeated_of(tid) == trial_id:
             out.append(int(tid.rsplit(_SEP, 1)[1]))
     return sorted(out)
 
 
-def _next_ids(records: Sequence[TrialRecord], trial_id: str, n: int) -> list[str]:
-    """The next `n` boot ids of `trial_id`: the lowest numbers not finished yet (an interrupted
-    boot keeps its id and is launched again as its next attempt)."""
-    done = set(_repeat_numbers(records, trial_id))
-    out: list[str] = []
-    k = 0
-    while len(out) < n:
+def _next_id(finished: Mapping[str, TrialRecord], trial_id: str) -> str:
+    """The next boot id of `trial_id`: the lowest number not finished yet (an interrupted boot
+    keeps its id and is launched again as its next attempt)."""
+    done = set(_repeat_numbers(finished, trial_id))
+    k = 1
+    while k in done:
         k += 1
-        if k not in done:
-            out.append(repeat_id(trial_id, k))
-    return out
+    return repeat_id(trial_id, k)
 
 
 def _repeats(records: Sequence[TrialRecord], boots: Sequence[tuple[str, Config]]) -> list[Repeat]:
@@ -198,13 +195,13 @@ def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
         The boots of the next batch; attempt > 1 for one that was interrupted.
     """
     top = _ranked(spec, records)[: spec.budget.confirm]
+    finished = latest_finished(records)
     if len(top) >= 2:
-        finished_ids = set(latest_finished(records))
         fixed = [
             (repeat_id(r.trial_id, n), r.config)
             for n in range(1, spec.budget.confirm_repeats + 1)
             for r in top
-            if repeat_id(r.trial_id, n) not in finished_ids
+            if repeat_id(r.trial_id, n) not in finished
         ]
         if fixed:
             return _repeats(records, fixed)
@@ -212,20 +209,19 @@ def plan(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[Repeat]:
         if judged is not None and judged.tie:
             open_ = _undecided(judged)
             more = [
-                (_next_ids(records, c.trial_id, 1)[0], c.config)
+                (_next_id(finished, c.trial_id), c.config)
                 for c in open_
-                if len(_repeat_numbers(records, c.trial_id)) < spec.budget.max_repeats
+                if len(_repeat_numbers(finished, c.trial_id)) < spec.budget.max_repeats
             ]
             if more:
                 return _repeats(records, more)
-    finished = latest_finished(records)
     base = finished.get(BASELINE_ID)
     if spec.budget.remeasure_baseline and base is not None and _feasible(spec, base):
         # The drift check is always the baseline's last boot, after everything else.
         boots = [r for r in finished.values() if is_repeat(r.trial_id)]
         last = max(boots, key=lambda r: (r.start_time, r.trial_id), default=None)
         if last is None or repeated_of(last.trial_id) != BASELINE_ID:
-            return _repeats(records, [(_next_ids(records, BASELINE_ID, 1)[0], base.config)])
+            return _repeats(records, [(_next_id(finished, BASELINE_ID), base.config)])
     return []
 
 
@@ -245,11 +241,16 @@ def _undecided(judged: Verdict) -> list[Candidate]:
     best = judged.tied[0]
     open_ = []
     for other in judged.tied[1:]:
-        se = judged.noise_rel_sd * math.sqrt(1 / len(best.values) + 1 / len(other.values))
-        diff = abs(best.mean - other.mean) / ((best.mean + other.mean) / 2)
+        diff, se = _separation(best, other, judged.noise_rel_sd)
         if diff + judged.t * se > RESOLUTION:
             open_.append(other)
     return [best, *open_] if open_ else []
+
+
+def _separation(a: Candidate, b: Candidate, rel_sd: float) -> tuple[float, float]:
+    """The relative difference of two pooled means and its standard error."""
+    se = rel_sd * math.sqrt(1 / len(a.values) + 1 / len(b.values))
+    return abs(a.mean - b.mean) / ((a.mean + b.mean) / 2), se
 
 
 def remeasure_due(spec: SweepSpec, records: Sequence[TrialRecord]) -> Repeat | None:
@@ -265,10 +266,10 @@ def remeasure_due(spec: SweepSpec, records: Sequence[TrialRecord]) -> Repeat | N
     base = finished.get(BASELINE_ID)
     if base is None or not _feasible(spec, base):
         return None
-    searched = len(latest_finished(search_records(records)))
-    if len(_repeat_numbers(records, BASELINE_ID)) >= searched // every:
+    searched = sum(1 for tid in finished if not is_repeat(tid))
+    if len(_repeat_numbers(finished, BASELINE_ID)) >= searched // every:
         return None
-    return _repeats(records, [(_next_ids(records, BASELINE_ID, 1)[0], base.config)])[0]
+    return _repeats(records, [(_next_id(finished, BASELINE_ID), base.config)])[0]
 
 
 class ConfirmQueue:
@@ -451,8 +452,7 @@ def _decide(out: Verdict, cands: list[Candidate], *, t: float | None, rel_sd: fl
         return
     tied = [best]
     for other in cands[1:]:
-        se = rel_sd * math.sqrt(1 / len(best.values) + 1 / len(other.values))
-        diff = abs(best.mean - other.mean) / ((best.mean + other.mean) / 2)
+        diff, se = _separation(best, other, rel_sd)
         if diff <= t * se:
             tied.append(other)
     if len(tied) == 1:

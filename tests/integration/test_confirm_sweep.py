@@ -15,15 +15,18 @@ from mlflow.tracking import MlflowClient
 
 from spec_sweep.backends import SimBackend
 from spec_sweep.search.confirm import CONFIRM_TAG
-from spec_sweep.search.driver import sweep
+from spec_sweep.search.driver import SweepOutcome, sweep
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
-def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Path) -> None:
+def _run_small_sweep(
+    project_dir: Path, name: str, budget: dict[str, object]
+) -> tuple[SweepOutcome, str]:
+    """A 3-trial simulated sweep over one knob; returns its outcome and tracking URI."""
     spec = harness.make_spec(
         project_dir / "sweeps",
-        name="confirm",
+        name=name,
         node={"sim_profile": "h200-nvlink-x8"},
         search_space={
             "include": [],
@@ -31,22 +34,27 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
         },
         baseline=harness.DROP,
         workload={"output_len": 24, "num_prompts": 4},
-        budget={
-            "trials": 3,
-            "confirm": 2,
-            "confirm_repeats": 1,
-            "confirm_max_repeats": 1,
-            "remeasure_baseline": True,
-            "remeasure_every": 2,
-        },
+        budget={"trials": 3, **budget},
     )
-    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
+    uri = f"sqlite:///{project_dir / 'mlruns' / f'{name}.db'}"
     outcome = sweep(
         spec,
         backend=SimBackend(spec, grace_s=2.0),
         state_dir=project_dir / ".spec_sweep",
         tracking_uri=uri,
     )
+    return outcome, uri
+
+
+def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Path) -> None:
+    budget = {
+        "confirm": 2,
+        "confirm_repeats": 1,
+        "confirm_max_repeats": 1,
+        "remeasure_baseline": True,
+        "remeasure_every": 2,
+    }
+    outcome, uri = _run_small_sweep(project_dir, "confirm", budget)
     # The search's own records stay the budget; the confirmation boots are extra.
     assert sorted(r.trial_id for r in outcome.records) == ["t0000", "t0001", "t0002"]
     verdict = outcome.verdict
@@ -117,25 +125,8 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
 def test_max_hours_bounds_the_whole_run_not_each_batch(project_dir: Path) -> None:
     # With `remeasure_every` the search runs as several Tune batches; `budget.max_hours` is one
     # deadline for all of them (checked before each batch), not a fresh allowance per batch.
-    spec = harness.make_spec(
-        project_dir / "sweeps",
-        name="deadline",
-        node={"sim_profile": "h200-nvlink-x8"},
-        search_space={
-            "include": [],
-            "params": {"cuda-graph-max-bs": {"choices": [64, 128, 512], "default": 512}},
-        },
-        baseline=harness.DROP,
-        workload={"output_len": 24, "num_prompts": 4},
-        budget={"trials": 3, "remeasure_baseline": True, "remeasure_every": 1, "max_hours": 1e-7},
-    )
-    uri = f"sqlite:///{project_dir / 'mlruns' / 'deadline.db'}"
-    outcome = sweep(
-        spec,
-        backend=SimBackend(spec, grace_s=2.0),
-        state_dir=project_dir / ".spec_sweep",
-        tracking_uri=uri,
-    )
+    budget = {"remeasure_baseline": True, "remeasure_every": 1, "max_hours": 1e-7}  # 0.36 ms
+    outcome, uri = _run_small_sweep(project_dir, "deadline", budget)
     assert outcome.new_trials == 0
     assert outcome.out_of_time
     assert not outcome.interrupted
