@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from spec_sweep.cost import cost_metrics
 from spec_sweep.errors import SpecError
 from spec_sweep.replay import ReplayTable, load_replay, replay_result
 from spec_sweep.server import ServerProcess
@@ -242,7 +243,10 @@ class ReplayBackend:
             noise=self.noise,
             seed=self.spec.searcher.seed,
         )
-        return TrialResult(trial_id=trial_id, **fields)
+        result = TrialResult(trial_id=trial_id, **fields)
+        if result.ok:  # priced with this spec's node, as a launched trial is
+            result.metrics.update(cost_metrics(self.spec, result.metrics))
+        return result
 
 
 def make_backend(

@@ -22,11 +22,15 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from spec_sweep.failures import FailureMode
 from spec_sweep.loads import load_and_cost_lines
 from spec_sweep.metrics import CI_HIGH, CI_LOW
 from spec_sweep.search.confirm import Verdict
-from spec_sweep.search.objective import best_record, objective_value
+from spec_sweep.search.objective import (
+    best_record,
+    constraint_violations,
+    objective_value,
+    ranked_records,
+)
 from spec_sweep.space import Config, build_command, redact, secret_values
 from spec_sweep.spec import SweepSpec
 from spec_sweep.tracking import TrialRecord
@@ -262,22 +266,29 @@ class SweepProgress:
             latest.setdefault(record.trial_id, record)
         finished = list(latest.values())
         metric = spec.objective.metric
-        sign = 1.0 if spec.objective.mode == "max" else -1.0
-        ok = [r for r in finished if r.failure_mode is FailureMode.NONE]
-        ranked = sorted(ok, key=lambda r: -sign * (objective_value(spec, r.metrics) or 0.0))
-        table = Table(title=f"top configurations ({len(ok)} measured of {len(finished)} trials)")
-        for column in ("rank", "trial", metric, "speed-up", "configuration"):
+        ranked = ranked_records(spec, finished)
+        table = Table(
+            title=f"top configurations ({len(ranked)} measured of {len(finished)} trials)"
+        )
+        columns = ["rank", "trial", metric, "speed-up", "configuration"]
+        if spec.objective.constraints:
+            columns.insert(4, "constraints")
+        for column in columns:
             table.add_column(column)
         for rank, record in enumerate(ranked[:5], start=1):
-            value = objective_value(spec, record.metrics)
             up = record.metrics.get("speedup_vs_baseline")
-            table.add_row(
+            cells = [
                 str(rank),
                 record.trial_id,
                 shown_value(record.metrics, metric),
                 f"x{up:.3f}" if up is not None else "",
                 config_summary(record.config, width=70),
-            )
+            ]
+            if spec.objective.constraints:
+                violations = constraint_violations(spec, record.metrics)
+                broken = [name for name, v in violations.items() if v > 0]
+                cells.insert(4, "broken: " + ", ".join(broken) if broken else "ok")
+            table.add_row(*cells)
         parts: list[Any] = [table]
         counts = Counter(r.failure_mode.value for r in finished if r.failure_mode)
         failures = {k: v for k, v in counts.items() if k != "none"}

@@ -21,6 +21,7 @@ from typing import Any
 
 from spec_sweep import gpu
 from spec_sweep.client import BenchResult, run_benchmark_sync
+from spec_sweep.cost import cost_metrics
 from spec_sweep.failures import FailureMode, classify
 from spec_sweep.goodput import GoodputResult, find_goodput
 from spec_sweep.metrics import bench_metrics
@@ -209,6 +210,8 @@ def run_trial(
         metrics["quality_agreement"] = round(extras.quality.agreement, 4)
     if sampler is not None and sampler.peak_gib is not None:
         metrics["gpu_mem_peak_gib"] = round(sampler.peak_gib, 3)
+    if mode is FailureMode.NONE:
+        metrics.update(cost_metrics(spec, metrics))
     return TrialResult(
         trial_id=trial_id,
         config=config,

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -27,14 +28,27 @@ from harness import ROOT, free_port, ray_port_args, stop_ray_processes
 os.environ.setdefault("SPEC_SWEEP_SIM_TIME_SCALE", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-# The session's Ray head and every driver joining it (in-process or as a subprocess) use Ray's
-# token authentication explicitly (Ray 2.60 enables it on `ray start` when a token exists).
-os.environ.setdefault("RAY_AUTH_MODE", "token")
-# Nothing of the user's: their cluster, their tracking server, their project folder.
-for _name in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID"):
+# Nothing of the user's: their cluster, their Ray token, their tracking server, their project.
+for _name in (
+    "RAY_ADDRESS",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_RUN_ID",
+):
     os.environ.pop(_name, None)
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="spec_sweep-tests-"))
 os.environ["SPEC_SWEEP_PROJECT_DIR"] = str(_SESSION_DIR)
+# The session's Ray head and every driver joining it (in-process or as a subprocess) use Ray's
+# token authentication with the session's own token: generated here, in the session's folder,
+# so nothing is read from or written to the user's ~/.ray (where Ray looks by default, and
+# where `ray start --head` in token mode fails when no token is there).
+SESSION_RAY_TOKEN = _SESSION_DIR / "ray_auth_token"
+SESSION_RAY_TOKEN.write_text(secrets.token_hex(32))
+SESSION_RAY_TOKEN.chmod(0o600)
+os.environ["RAY_AUTH_TOKEN_PATH"] = str(SESSION_RAY_TOKEN)
+os.environ["RAY_AUTH_MODE"] = "token"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -28,6 +28,7 @@ from spec_sweep.search.objective import (
     best_record,
     constraint_violations,
     finished_in_order,
+    meets_constraints,
     objective_value,
 )
 from spec_sweep.space import (
@@ -344,7 +345,7 @@ def _gpu_hours(spec: SweepSpec, records: Sequence[TrialRecord]) -> tuple[float, 
 
 
 def _feasible(spec: SweepSpec, record: TrialRecord) -> bool:
-    return _ok(record) and all(v <= 0 for v in constraint_violations(spec, record.metrics).values())
+    return _ok(record) and meets_constraints(spec, record.metrics)
 
 
 def _excerpt(record: TrialRecord) -> str:

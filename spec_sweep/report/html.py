@@ -29,14 +29,18 @@ from spec_sweep.report.analysis import (
     _axis_label,
     _diagnosis_level,
     _excerpt,
-    _feasible,
     _fmt,
     _gpu_hours,
     _metric,
     _ok,
     _unit,
 )
-from spec_sweep.search.objective import constraint_violations, objective_value, speedup
+from spec_sweep.search.objective import (
+    constraint_violations,
+    objective_value,
+    ranked_records,
+    speedup,
+)
 
 __all__ = ["render_html"]
 
@@ -265,11 +269,7 @@ def _speculative(a: _Analysis) -> dict[str, Any]:
 def _top(a: _Analysis) -> dict[str, Any]:
     spec = a.spec
     metric = spec.objective.metric
-    sign = 1.0 if spec.objective.mode == "max" else -1.0
-    ranked = sorted(
-        a.measured,
-        key=lambda r: (not _feasible(spec, r), -sign * (objective_value(spec, r.metrics) or 0.0)),
-    )[:_TOP]
+    ranked = ranked_records(spec, a.measured)[:_TOP]
     level = _diagnosis_level(spec)
     rows = []
     for rank, record in enumerate(ranked, start=1):

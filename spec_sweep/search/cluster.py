@@ -80,7 +80,10 @@ def start_ray(spec: SweepSpec, *, address: str | None, simulated: bool, state: S
     }
     if address:
         _token_auth_like_head()
-        ray.init(address=address, **quiet)
+        try:
+            ray.init(address=address, **quiet)
+        except ConnectionError as exc:
+            raise SpecSweepError(_join_failure(address, exc)) from exc
         _quiet_logs(state.path / "driver.log")
         return False
     gpus: int | None = None
@@ -111,6 +114,33 @@ def _token_auth_like_head() -> None:
         from ray._private.authentication import authentication_token_setup as auth
 
         auth.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _has_token() -> bool:
+    """Whether a Ray auth token is at hand (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        return bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
+    except ray.exceptions.AuthenticationError:  # RAY_AUTH_TOKEN_PATH names no readable token
+        return False
+    except (ImportError, AttributeError):
+        return True  # cannot tell: say nothing about tokens
+
+
+def _join_failure(address: str, exc: ConnectionError) -> str:
+    """The one-line error for a cluster that refused or never answered this driver."""
+    if not _has_token():
+        return (
+            f"could not join the Ray cluster at {address} ({exc}); if it uses token "
+            "authentication (Ray's default), this machine has no token: copy the cluster's "
+            "token (`ray get-auth-token` on the head) to ~/.ray/auth_token, or set "
+            "RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN"
+        )
+    return (
+        f"could not join the Ray cluster at {address} ({exc}): check the address, that the "
+        "head is up, and that your Ray token is the cluster's (`ray get-auth-token` on the head)"
+    )
 
 
 def _quiet_logs(path: Path) -> None:

@@ -24,7 +24,9 @@ __all__ = [
     "constraint_violations",
     "finished_in_order",
     "latest_finished",
+    "meets_constraints",
     "objective_value",
+    "ranked_records",
     "speedup",
     "speedup_metrics",
     "trial_name",
@@ -93,19 +95,36 @@ def finished_in_order(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     return sorted(latest_finished(records).values(), key=lambda r: (r.start_time, r.trial_id))
 
 
-def best_record(spec: SweepSpec, records: Sequence[TrialRecord]) -> TrialRecord | None:
-    """The best finished trial that meets the constraints."""
-    ok = [
-        r
-        for r in latest_finished(records).values()
-        if r.failure_mode is FailureMode.NONE
-        and objective_value(spec, r.metrics) is not None
-        and all(v <= 0 for v in constraint_violations(spec, r.metrics).values())
-    ]
-    if not ok:
-        return None
+def meets_constraints(spec: SweepSpec, metrics: Mapping[str, float]) -> bool:
+    """Whether a trial's metrics meet every constraint of the objective."""
+    return all(v <= 0 for v in constraint_violations(spec, metrics).values())
+
+
+def ranked_records(spec: SweepSpec, records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The measured trials (one finished record per id), best first: the one ranking rule.
+
+    Measured (no failure, the objective known), then meeting the constraints before breaking
+    them, then the objective in its direction (ties: the earlier trial first). The summary's
+    table, the `best:` line and the report all rank with this, so rank 1 is the best trial
+    whenever one meets the constraints.
+    """
     sign = 1.0 if spec.objective.mode == "max" else -1.0
-    return max(ok, key=lambda r: sign * (objective_value(spec, r.metrics) or 0.0))
+    measured = [
+        (r, v)
+        for r in finished_in_order(records)
+        if r.failure_mode is FailureMode.NONE
+        and (v := objective_value(spec, r.metrics)) is not None
+    ]
+    measured.sort(key=lambda rv: (not meets_constraints(spec, rv[0].metrics), -sign * rv[1]))
+    return [r for r, _ in measured]
+
+
+def best_record(spec: SweepSpec, records: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The best finished trial that meets the constraints (rank 1 of `ranked_records`)."""
+    ranked = ranked_records(spec, records)
+    if ranked and meets_constraints(spec, ranked[0].metrics):
+        return ranked[0]
+    return None
 
 
 def best_metrics(spec: SweepSpec, records: Sequence[TrialRecord]) -> dict[str, float]:

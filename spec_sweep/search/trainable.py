@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from spec_sweep.backends import TrialBackend
-from spec_sweep.cost import cost_metrics
 from spec_sweep.errors import TrialError
 from spec_sweep.failures import FailureMode
 from spec_sweep.search.cluster import node_id
@@ -203,7 +202,6 @@ def _finish(
                     else _baseline_value(ctx)
                 )
                 metrics.update(speedup_metrics(ctx.backend.spec, metrics, base))
-                metrics.update(cost_metrics(ctx.backend.spec, metrics))
             _record(ctx.tracker, run_id, result, metrics, trial_dir)
             break
         except Exception as exc:

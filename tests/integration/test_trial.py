@@ -103,6 +103,7 @@ def _write_spec(
     profile: str = PCIE,
     boot_timeout_s: float = 60.0,
     request_timeout_s: float = 10.0,
+    cost_per_hour: float | None = None,
 ) -> SweepSpec:
     """A small sweep spec on the simulated 8-GPU PCIe node (2 prompts of 8 tokens, no warm-up)."""
     raw = {
@@ -118,6 +119,7 @@ def _write_spec(
             "boot_timeout_s": boot_timeout_s,
             "request_timeout_s": request_timeout_s,
             "sim_profile": profile,
+            **({"cost_per_hour": cost_per_hour} if cost_per_hour is not None else {}),
         },
         "search_space": {"params": _PARAMS[version]},
         "baseline": {"speculative-algorithm": None},
@@ -514,7 +516,7 @@ def _sim_processes_on_port(port: str) -> list[int]:
 def test_trial_command_prints_one_json_object_and_exits_0(
     tmp_path: Path, setting: str, expected: str
 ) -> None:
-    spec = _write_spec(tmp_path)
+    spec = _write_spec(tmp_path, cost_per_hour=40.0)
     script = Path(sys.executable).parent / "spec-sweep"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "spec_sweep"]
     env = dict(os.environ, SPEC_SWEEP_PROJECT_DIR=str(tmp_path))
@@ -546,7 +548,12 @@ def test_trial_command_prints_one_json_object_and_exits_0(
     assert payload["elapsed_s"] > 0
     assert payload["command"][:3] == ["python", "-m", "spec_sweep.sim"]
     if expected == "none":
-        assert payload["metrics"]["output_throughput"] > 0
+        tput = payload["metrics"]["output_throughput"]
+        assert tput > 0
+        # Priced as a sweep trial is (node.cost_per_hour over tokens per hour).
+        assert payload["metrics"]["usd_per_million_tokens"] == pytest.approx(
+            40.0 / (tput * 3600) * 1e6, rel=1e-4
+        )
     else:
         assert payload["metrics"] == {}
         assert "OutOfMemoryError" in payload["log_excerpt"]

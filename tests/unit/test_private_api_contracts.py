@@ -71,6 +71,32 @@ def test_ray_token_auth_helper_exists() -> None:
     assert "warn_if_disabled" in params
 
 
+def test_ray_token_loader_answers_whether_a_token_is_at_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray._raylet import AuthenticationTokenLoader
+
+    loader = AuthenticationTokenLoader.instance()
+    token = tmp_path / "token"
+    token.write_text("0" * 64)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    loader.reset_cache()
+    try:
+        assert loader.has_token(ignore_auth_mode=True) is True
+        assert cluster._has_token() is True
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "missing"))
+        monkeypatch.setenv("HOME", str(tmp_path))
+        monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+        loader.reset_cache()
+        assert cluster._has_token() is False  # Ray raises for a path without a token
+        monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+        loader.reset_cache()
+        assert cluster._has_token() is False  # no ~/.ray/auth_token in this home
+    finally:
+        monkeypatch.undo()
+        loader.reset_cache()
+
+
 def test_ray_init_takes_a_temp_dir() -> None:
     # `_temp_dir` reaches `ray.init` through **kwargs, which it reads by name.
     assert '"_temp_dir"' in inspect.getsource(ray.init)
@@ -79,7 +105,7 @@ def test_ray_init_takes_a_temp_dir() -> None:
 #: How a private use of each dependency shows in our source.
 _PRIVATE = {
     "optuna": re.compile(r"from optuna[\w.]*\._\w|from optuna[\w.]* import _\w|\._get_trials\("),
-    "ray": re.compile(r"ray\._private|from ray[\w.]* import _\w|_ot_(study|trials)"),
+    "ray": re.compile(r"ray\._private|ray\._raylet|from ray[\w.]* import _\w|_ot_(study|trials)"),
     "mlflow": re.compile(r"mlflow\.(system_metrics|sharedViewState)|from mlflow[\w.]* import _"),
 }
 
