@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spec_sweep.failures import _KEYWORDS, classify, find_fatal
+from spec_sweep.node.classify import _KEYWORDS, classify, find_fatal
 
 _SERVER_ARGS = (
     "[2025-09-01 10:00:00] server_args=ServerArgs(model_path='/models/Llama-3.1-70B-Instruct', "

@@ -2,7 +2,7 @@
 
 For the baseline and an EAGLE-3 configuration of the PCIe Blackwell profile, this starts
 ``python -m spec_sweep.sim`` on a free port (boot time scaled to 0), warms it up, and then at
-concurrency 1, 8 and 64 runs ``spec_sweep.client.run_benchmark_sync`` on the built-in text
+concurrency 1, 8 and 64 runs ``spec_sweep.node.client.run_benchmark_sync`` on the built-in text
 prompts and compares:
 
 - output throughput: the client's ``output_throughput`` (server-counted tokens / the client's
@@ -40,8 +40,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from spec_sweep.client import BenchResult, RequestOutput, run_benchmark_sync
-from spec_sweep.metrics import bench_metrics
+from spec_sweep.node.client import BenchResult, RequestOutput, run_benchmark_sync
+from spec_sweep.node.metrics import bench_metrics
 from spec_sweep.spec import WorkloadSpec
 
 PROFILE = "rtx-pro-6000-pcie-x8"

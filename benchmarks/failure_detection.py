@@ -52,12 +52,13 @@ from typing import Any
 import httpx
 import yaml
 
-from spec_sweep.procs import stop_process_group
-from spec_sweep.server import ServerProcess, free_port
-from spec_sweep.space import build_command, resolve_config
+from spec_sweep.core.config import resolve_config
+from spec_sweep.node.command import build_command
+from spec_sweep.node.procs import stop_process_group
+from spec_sweep.node.server import ServerProcess, free_port
+from spec_sweep.node.trial import run_trial
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
-from spec_sweep.trial import run_trial
 
 SPEC_BOOT_TIMEOUT_S = 1800.0
 """The sweeps' `node.boot_timeout_s` (sweeps/*.yaml)."""

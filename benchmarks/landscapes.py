@@ -56,16 +56,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spec_sweep.failures import FailureMode  # noqa: E402
-from spec_sweep.replay import ReplayRow, ReplayTable, export_columns, write_csv  # noqa: E402
+from spec_sweep.core.config import Config, config_key, is_active, ordered_keys  # noqa: E402
+from spec_sweep.core.outcome import FailureMode  # noqa: E402
 
 # The same tree shape (one draft token per depth, then widening from the top) as the search's
 # own speculative model: the landscapes share that assumption with the searcher.
 from spec_sweep.search.spec_model import depth_widths  # noqa: E402
 from spec_sweep.search.tree_rules import check_tree  # noqa: E402
-from spec_sweep.space import Config, config_key, is_active, ordered_keys  # noqa: E402
 from spec_sweep.spec import SweepSpec  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
+from spec_sweep.store.replay import ReplayRow, ReplayTable, export_columns, write_csv  # noqa: E402
 
 TUNING_SEEDS = tuple(range(20))
 TEST_SEEDS = tuple(range(100, 140))

@@ -12,11 +12,11 @@ run-to-run noise, N(1, `--noise`) (2% by default), per boot: drawn from (seed, t
 simulated node draws its boot factor per boot id. Per seed, the sweep's own searcher
 (`SweepSearcher`, no Ray) runs `--trials` trials on noisy measurements; then
 
-* **today**: the winner is the best single measurement (`objective.best_record`);
+* **today**: the winner is the best single measurement (`History.best`);
 * **with confirmation**: `confirm.plan`, batch by batch as the driver runs it, boots the top
   `--confirm` configurations `--repeats` more times (interleaved), then, while they are tied
   within noise, the tied ones again up to `--max-repeats` boots each, and the baseline once
-  more; `confirm.verdict` pools them; the winner is the best pooled mean, the recommendation
+  more; `verdict.verdict` pools them; the winner is the best pooled mean, the recommendation
   its lower-risk pick on a tie.
 
 Tuning and test seeds are kept apart: the defaults (`confirm_repeats: 3`, `confirm_max_repeats`
@@ -52,13 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import search_efficiency as se  # noqa: E402
 
-from spec_sweep.failures import FailureMode  # noqa: E402
-from spec_sweep.search import confirm  # noqa: E402
-from spec_sweep.search.objective import best_record  # noqa: E402
+from spec_sweep.core import confirm, verdict  # noqa: E402
+from spec_sweep.core.config import baseline_config, config_key, normalize_config  # noqa: E402
+from spec_sweep.core.history import History  # noqa: E402
+from spec_sweep.core.outcome import FailureMode  # noqa: E402
+from spec_sweep.core.record import TrialRecord  # noqa: E402
 from spec_sweep.search.searcher import SweepSearcher  # noqa: E402
-from spec_sweep.space import baseline_config, config_key, normalize_config  # noqa: E402
 from spec_sweep.spec import SweepSpec  # noqa: E402
-from spec_sweep.tracking import TrialRecord  # noqa: E402
 
 WITHIN = 0.01
 
@@ -129,21 +129,21 @@ def run_seed(bench: _Bench, seed: int, trials: int) -> Outcome:
         value = truths.get(config_key(config)) if config is not None else None
         return value is not None and value >= best_seen * (1 - WITHIN)
 
-    today = best_record(spec, records)
+    today = History(spec, records).best
     spent = 0
-    while boots := confirm.plan(spec, records):  # batch by batch, as the driver runs them
+    while boots := confirm.plan(History(spec, records)):  # batch by batch, as the driver runs
         for boot in boots:
             records.append(bench.measure(seed, boot.trial_id, dict(boot.config)))
         spent += len(boots)
-    verdict = confirm.verdict(spec, records)
-    winner = verdict.winner if verdict is not None else None
-    pick = verdict.recommended if verdict is not None else None
+    judged = verdict.verdict(History(spec, records))
+    winner = judged.winner if judged is not None else None
+    pick = judged.recommended if judged is not None else None
     return Outcome(
         found=best_seen >= bench.table.best * (1 - WITHIN),
         today=good(dict(today.config) if today else None),
         confirmed=good(dict(winner.config) if winner else None),
         recommended=good(dict(pick.config) if pick else None),
-        tie=bool(verdict and verdict.tie),
+        tie=bool(judged and judged.tie),
         extra_trials=spent,
     )
 

@@ -3,9 +3,9 @@
 Runs the same simulated configurations twice, with the simulator at its smallest boot time
 (`SPEC_SWEEP_SIM_TIME_SCALE=0`) and a tiny workload:
 
-* **plain loop**: a Python loop calling `spec_sweep.trial.run_trial` on each configuration
+* **plain loop**: a Python loop calling `spec_sweep.node.trial.run_trial` on each configuration
   (no Ray, no Optuna, no MLflow) — the reference;
-* **sweep**: `spec_sweep.search.driver.sweep` (Ray Tune with actor reuse, the Optuna
+* **sweep**: `spec_sweep.orchestrate.driver.sweep` (Ray Tune with actor reuse, the Optuna
   searcher, MLflow child runs written by the trainable), on a local Ray cluster started beforehand.
 
 Overhead per trial = (wall time - sum of the trials' own `run_trial` time) / trials. The sweep's
@@ -61,11 +61,11 @@ def main() -> None:
 
     import ray
 
-    from spec_sweep.backends import SimBackend
-    from spec_sweep.search.cluster import NODE_RESOURCE
-    from spec_sweep.search.driver import sweep
+    from spec_sweep.node.backends import SimBackend
+    from spec_sweep.node.trial import run_trial
+    from spec_sweep.orchestrate.cluster import NODE_RESOURCE
+    from spec_sweep.orchestrate.driver import sweep
     from spec_sweep.spec_load import load_spec
-    from spec_sweep.trial import run_trial
 
     with tempfile.TemporaryDirectory(prefix="spec-sweep-overhead-") as tmp_name:
         tmp = Path(tmp_name)
@@ -90,7 +90,7 @@ def main() -> None:
 
         uri = f"sqlite:///{tmp / 'mlflow.db'}"
         # Warm the MLflow store (schema creation happens once per store, not per trial).
-        from spec_sweep.tracking import Tracker
+        from spec_sweep.store.tracker import Tracker
 
         _ = Tracker(uri, "warmup").experiment_id
 
@@ -141,7 +141,7 @@ def main() -> None:
             tracker.finished_trial_by_config(parent, config)
             run_id = tracker.start_trial(parent, trial_id="t", config=config)
             tracker.finished_trial_by_id(parent, "t0000")
-            from spec_sweep.failures import FailureMode
+            from spec_sweep.core.outcome import FailureMode
 
             tracker.finish_trial(
                 run_id,
@@ -159,7 +159,7 @@ def main() -> None:
         import optuna
 
         from spec_sweep.search.sampling import make_sampler
-        from spec_sweep.space import SearchSpace
+        from spec_sweep.search.space import SearchSpace
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(direction="maximize", sampler=make_sampler(spec))

@@ -173,7 +173,7 @@ def start_head(temp: Path) -> str:
 
 
 def stop_head(temp: Path) -> None:
-    from spec_sweep.procs import kill_processes_matching
+    from spec_sweep.node.procs import kill_processes_matching
 
     kill_processes_matching(str(temp))
     shutil.rmtree(temp, ignore_errors=True)
@@ -271,7 +271,7 @@ class Ours:
         self.uri = f"sqlite:///{self.project / 'mlflow.db'}"
         self.state_root = self.project / "state"
         self.env = _env(self.project)
-        from spec_sweep.tracking import Tracker
+        from spec_sweep.store.tracker import Tracker
 
         _ = Tracker(self.uri, "warmup").experiment_id  # the store's schema is created once
 
@@ -299,7 +299,7 @@ class Ours:
         }
 
     def records(self, name: str) -> list[Any]:
-        from spec_sweep.tracking import Tracker
+        from spec_sweep.store.tracker import Tracker
 
         state = json.loads((self.state_root / name / "state.json").read_text())
         return Tracker(self.uri, name).trials(state["parent_run_id"])
@@ -313,8 +313,8 @@ class Ours:
         ]
 
     def kill_and_resume(self, name: str, kill_at: float) -> Result:
-        from spec_sweep.server import kill_recorded_servers
-        from spec_sweep.space import config_key
+        from spec_sweep.core.config import config_key
+        from spec_sweep.node.server import kill_recorded_servers
 
         result = Result(kill_at)
         log = self.project / f"{name}.log"
@@ -523,7 +523,7 @@ def main() -> None:
         print_table(ours_results, plain_results, trials=args.trials, trial_s=trial_s)
         print(f"\n(benchmark wall time {time.monotonic() - t_start:.0f} s)")
     finally:
-        from spec_sweep.server import kill_recorded_servers
+        from spec_sweep.node.server import kill_recorded_servers
 
         _stop_all()
         kill_recorded_servers(work, grace_s=1.0)

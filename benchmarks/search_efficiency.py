@@ -77,19 +77,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import landscapes  # noqa: E402
 import sim_grid  # noqa: E402
 
-from spec_sweep.failures import FailureMode  # noqa: E402
-from spec_sweep.replay import ReplayTable, load_replay  # noqa: E402
-from spec_sweep.search.objective import constraint_violations  # noqa: E402
-from spec_sweep.search.searcher import SweepSearcher  # noqa: E402
-from spec_sweep.space import (  # noqa: E402
+from spec_sweep.core.config import (  # noqa: E402
     Config,
     baseline_config,
     is_active,
     normalize_config,
     ordered_keys,
 )
+from spec_sweep.core.objective import Objective  # noqa: E402
+from spec_sweep.core.outcome import FailureMode  # noqa: E402
+from spec_sweep.search.searcher import SweepSearcher  # noqa: E402
 from spec_sweep.spec import Scalar, SweepSpec  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
+from spec_sweep.store.replay import ReplayTable, load_replay  # noqa: E402
 
 GRIDS = {
     "pcie": ROOT / "benchmarks" / "grids" / "pcie.yaml",
@@ -135,7 +135,9 @@ def _digest(spec_path: Path) -> str:
     parts = [spec_path, Path(sim_grid.__file__)]
     parts += sorted((ROOT / "spec_sweep" / "sim").rglob("*.py"))
     parts += sorted((ROOT / "spec_sweep" / "sim" / "profiles").glob("*.yaml"))
-    parts += [ROOT / "spec_sweep" / "failures.py", ROOT / "spec_sweep" / "metrics.py"]
+    parts += [
+        ROOT / "spec_sweep" / "node" / f for f in ("classify.py", "log_patterns.py", "metrics.py")
+    ]
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.read_bytes())
@@ -192,7 +194,7 @@ def _value(spec: SweepSpec, mode: FailureMode, metrics: Mapping[str, float]) -> 
     value = metrics.get(spec.objective.metric)
     if value is None or not math.isfinite(value):
         return None
-    if any(v > 0 for v in constraint_violations(spec, metrics).values()):
+    if not Objective.of(spec).meets(metrics):
         return None
     return float(value)
 
@@ -578,7 +580,7 @@ def run_plain_tpe(table: Table, *, seed: int, budget: int) -> Run:
     """
     import optuna
 
-    from spec_sweep.space import SearchSpace
+    from spec_sweep.search.space import SearchSpace
 
     spec = table.spec
     optuna.logging.set_verbosity(optuna.logging.WARNING)

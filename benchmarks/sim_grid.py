@@ -6,27 +6,27 @@ float ranges with a step), this computes what a trial of that configuration woul
 simulated node, **without starting a server**: it uses the simulator's own code, the same code
 the simulated server runs.
 
-* The configuration becomes the exact server command line (`spec_sweep.space.build_command`)
+* The configuration becomes the exact server command line (`spec_sweep.node.command.build_command`)
   and is parsed by the simulator's own parser (`spec_sweep.sim.cli.parse_command_line`; a flag
   the manifest rejects is `invalid_args`, as argparse's exit 2 is).
 * `spec_sweep.sim.model.plan_node` decides the boot (memory walk, feature rules, draft-tree
   checks). The log lines the server would print that decide an outcome (resolution warnings,
   per-rank communication warnings, the failure's traceback with SGLang's "Scheduler hit an
   exception" prefix) and its exit status go through the trial path's own classifier
-  (`spec_sweep.failures.classify`), so a failure gets the mode the real trial would record
+  (`spec_sweep.node.classify.classify`), so a failure gets the mode the real trial would record
   (e.g. an impossible draft tree, a `RuntimeError` in the draft capture, is `crash`).
 * A configuration that boots is measured as the trial's client would measure the spec's workload
-  (concurrency 1 only): the workload's own prompts (`spec_sweep.prompts.load_prompts`, warm-up
+  (concurrency 1 only): the workload's own prompts (`spec_sweep.node.prompts.load_prompts`, warm-up
   first) and their token counts as the server counts them; per request a prefill
   (`PerfModel.prefill_ms`) and then decode steps (`PerfModel.step_ms`) until `output_len`
   tokens, times the configuration's seeded per-boot factor (`PerfModel.boot_factor`; the
   per-step jitter has mean 1). Speculative cycles per request come from the simulator's own
   golden-ratio `AcceptSampler` averaged over its start phase. Metrics follow
-  `spec_sweep.metrics`: `output_throughput`, `request_throughput`, `ttft_p50_ms`,
+  `spec_sweep.node.metrics`: `output_throughput`, `request_throughput`, `ttft_p50_ms`,
   `ttft_p99_ms`, `itl_p50_ms`, `decode_speed_p50`, `accept_length`.
 
 `--validate N` runs N configurations of the grid (the baseline, the best, then a seeded sample
-that covers every failure mode) through the real trial path (`spec_sweep.trial.run_trial` with
+that covers every failure mode) through the real trial path (`spec_sweep.node.trial.run_trial` with
 `simulate=True`, `SPEC_SWEEP_SIM_TIME_SCALE=0`, the grid spec's own small workload) and prints, per
 configuration, the generated and the measured failure mode and throughput.
 
@@ -55,27 +55,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spec_sweep.failures import FailureMode, classify  # noqa: E402
+from spec_sweep.core.config import Config, baseline_config, config_key, is_active, ordered_keys  # noqa: E402
+from spec_sweep.core.outcome import FailureMode  # noqa: E402
+from spec_sweep.core.record import TrialRecord  # noqa: E402
 from spec_sweep.manifest import load_manifest  # noqa: E402
-from spec_sweep.metrics import percentile  # noqa: E402
-from spec_sweep.prompts import load_prompts  # noqa: E402
-from spec_sweep.replay import export_columns, export_rows, write_csv  # noqa: E402
+from spec_sweep.node.classify import classify  # noqa: E402
+from spec_sweep.node.command import build_command  # noqa: E402
+from spec_sweep.node.metrics import percentile  # noqa: E402
+from spec_sweep.node.prompts import load_prompts  # noqa: E402
 from spec_sweep.sim import texts  # noqa: E402
 from spec_sweep.sim.cli import parse_command_line  # noqa: E402
 from spec_sweep.sim.model import NodePlan, plan_node  # noqa: E402
 from spec_sweep.sim.perf import AcceptSampler, PerfModel  # noqa: E402
 from spec_sweep.sim.profiles import Profile, load_profile  # noqa: E402
-from spec_sweep.space import (  # noqa: E402
-    Config,
-    baseline_config,
-    build_command,
-    config_key,
-    is_active,
-    ordered_keys,
-)
 from spec_sweep.spec import SweepSpec, WorkloadSpec  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
-from spec_sweep.tracking import TrialRecord  # noqa: E402
+from spec_sweep.store.replay import export_columns, export_rows, write_csv  # noqa: E402
 
 #: Start phases of the accept-length sampler averaged per request (its u_0 is seeded per request).
 _ACCEPT_PHASES = 32
@@ -380,12 +375,12 @@ def validation_sample(
 def validate(spec: SweepSpec, rows: Sequence[GridRow], count: int, *, seed: int = 0) -> bool:
     """Run a sample of the grid through the real trial path; print and check the agreement.
 
-    Each configuration runs through `spec_sweep.trial.run_trial(simulate=True)` on the
+    Each configuration runs through `spec_sweep.node.trial.run_trial(simulate=True)` on the
     simulated node at time scale 0 (boots take no time; tokens are paced in real time), with
     the spec's own (small) workload, so the trial measures exactly what the table holds.
     Returns whether every failure mode matched and every throughput is within 3 %.
     """
-    from spec_sweep.trial import run_trial
+    from spec_sweep.node.trial import run_trial
 
     small = spec
     model = GridModel(small)

@@ -43,16 +43,16 @@ def _free_port() -> int:
 
 def _make_store(project: Path) -> str:
     """A store holding a finished 30-trial sweep of sweeps/allreduce.yaml."""
-    from spec_sweep.failures import FailureMode
-    from spec_sweep.space import baseline_config
+    from spec_sweep.core.config import baseline_config
+    from spec_sweep.core.outcome import FailureMode
     from spec_sweep.spec_load import load_spec
-    from spec_sweep.tracking import Tracker
+    from spec_sweep.store.tracker import Tracker
 
     spec = load_spec(ROOT / "sweeps" / "allreduce.yaml")
     uri = f"sqlite:///{project / 'mlruns' / 'mlflow.db'}"
     (project / "mlruns").mkdir(parents=True)
     base = baseline_config(spec)
-    tracker = Tracker(uri, spec.experiment, baseline=base)
+    tracker = Tracker(uri, spec.experiment)
     parent, _ = tracker.start_sweep(spec, state_id="bench", simulate=True)
     for i in range(30):
         config = {**base, "cuda-graph-max-bs": [64, 128, 256, 512][i % 4]}
@@ -140,7 +140,7 @@ def measure_reference(uri: str, project: Path) -> tuple[float, int, float, float
         "--port",
         str(port),
     ]
-    code = f"import spec_sweep.tracking, subprocess, sys; sys.exit(subprocess.call({argv!r}))"
+    code = f"import spec_sweep.store.tracker, subprocess, sys; sys.exit(subprocess.call({argv!r}))"
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-c", code],

@@ -18,10 +18,10 @@ __all__ = [
 ]
 
 _EXPORTS = {
-    "FailureMode": "spec_sweep.failures",
+    "FailureMode": "spec_sweep.core.outcome",
     "SpecError": "spec_sweep.errors",
     "SweepSpec": "spec_sweep.spec",
-    "build_command": "spec_sweep.space",
+    "build_command": "spec_sweep.node.command",
     "load_spec": "spec_sweep.spec_load",
 }
 

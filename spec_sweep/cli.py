@@ -1,8 +1,8 @@
 """`spec-sweep` / `python -m spec_sweep.run`: argument parsing, handlers, exit codes.
 
 This module owns the command line (docs/design.md, "Command line"). It parses arguments, loads
-the spec and chooses the trial backend at the edge (`backends.make_backend`: `--replay`, else
-`--simulate`, else the node's server), runs one handler per subcommand and turns errors into
+the spec and chooses the trial backend at the edge (`node.backends.make_backend`: `--replay`,
+else `--simulate`, else the node's server), runs one handler per subcommand and turns errors into
 exit codes: 0 done (failed trials are results), 2 invalid spec or usage with nothing launched,
 130 interrupted, 1 anything else. Errors print as one line; `--debug` adds the traceback. Heavy
 libraries are imported only by the handlers that need them: only `run` imports Ray, so
@@ -27,8 +27,8 @@ from spec_sweep.spec import Scalar, SweepSpec, parse_value
 from spec_sweep.spec_load import load_spec
 
 if TYPE_CHECKING:
-    from spec_sweep.backends import TrialBackend
-    from spec_sweep.trial import TrialResult
+    from spec_sweep.core.outcome import TrialResult
+    from spec_sweep.node.backends import TrialBackend
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -182,12 +182,6 @@ def _load(args: argparse.Namespace) -> SweepSpec:
         raise SpecError(f"--replay-noise: {noise} is invalid: use a relative sd in [0, 1)")
     if noise and not replay:
         raise SpecError("--replay-noise: only applies with --replay FILE.csv")
-    simulate = getattr(args, "simulate", False) and not replay
-    if simulate and spec.node.sim_profile is None and spec.node.backend.value != "sim":
-        raise SpecError(
-            f"{args.sweep}: node.sim_profile: missing: --simulate needs a hardware profile "
-            "(e.g. rtx-pro-6000-pcie-x8)"
-        )
     return spec
 
 
@@ -203,7 +197,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _backend(spec: SweepSpec, args: argparse.Namespace) -> TrialBackend:
     """The trial backend the options ask for (chosen here, once)."""
-    from spec_sweep.backends import make_backend
+    from spec_sweep.node.backends import make_backend
 
     simulate = bool(args.simulate or args.replay)
     # Simulator settings reach servers on every node, not only those that inherit this process.
@@ -222,8 +216,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return _dry_run(spec, args)
     backend = _backend(spec, args)
-    from spec_sweep.progress import SweepProgress
-    from spec_sweep.search.driver import sweep  # heavy: Ray, MLflow
+    from spec_sweep.orchestrate.driver import sweep  # heavy: Ray, MLflow
+    from spec_sweep.present.live import SweepProgress
+    from spec_sweep.present.terminal import print_summary
 
     progress = SweepProgress()
     with progress:
@@ -236,7 +231,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             address=args.address,
             progress=progress,
         )
-    progress.summary(spec, outcome)
+    print_summary(progress.console, outcome)
     if outcome.environment:
         _err.print(
             f"error: the node cannot start a server: {outcome.environment}; fix the node and "
@@ -249,8 +244,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _dry_run(spec: SweepSpec, args: argparse.Namespace) -> int:
     from spec_sweep.search.sampling import propose
 
-    simulate = bool(args.simulate or args.replay)
     backend = _backend(spec, args)
+    simulate = backend.simulated
     searcher = spec.searcher
     _out.print(
         f"sweep {spec.name}: {spec.budget.trials} trials, {searcher.kind} search "
@@ -296,8 +291,8 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     """
     spec = _load(args)
     overrides = _parse_sets(spec, args.sets)
-    from spec_sweep.paths import manual_trial_dir
-    from spec_sweep.space import resolve_config
+    from spec_sweep.core.config import resolve_config
+    from spec_sweep.store.paths import manual_trial_dir
 
     try:
         config = resolve_config(spec, {**spec.baseline, **overrides}, what="--set values")
@@ -307,9 +302,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     trial_dir = manual_trial_dir(spec)
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name)
     if args.tracking_uri or spec.tracking.uri:
-        from spec_sweep.tracking import log_single_trial
-
-        log_single_trial(spec, result, tracking_uri=args.tracking_uri)
+        _log_manual(spec, result, tracking_uri=args.tracking_uri)
     if args.json:
         print(
             json.dumps(
@@ -327,6 +320,22 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         return EXIT_OK
     _print_result(result)
     return EXIT_OK
+
+
+def _log_manual(spec: SweepSpec, result: TrialResult, *, tracking_uri: str | None) -> None:
+    """Record a `spec-sweep trial` run in the sweep's experiment (no parent run)."""
+    from spec_sweep.core.config import baseline_config
+    from spec_sweep.node.command import ServerCommand
+    from spec_sweep.present.names import run_name
+    from spec_sweep.store.sweeps import log_manual_trial
+
+    log_manual_trial(
+        spec,
+        result,
+        tracking_uri=tracking_uri,
+        run_name=f"manual {run_name(result.trial_id, result.config, baseline_config(spec))}",
+        command=ServerCommand(result.command, result.env).shell(),
+    )
 
 
 def _print_result(result: TrialResult) -> None:
@@ -351,9 +360,10 @@ def _print_result(result: TrialResult) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     """Rebuild the report and log it to the sweep's parent run."""
     spec = _load(args)
-    from spec_sweep.report import locate_sweep, publish_report
+    from spec_sweep.present.report import publish_report
+    from spec_sweep.store.sweeps import find_sweep
 
-    tracker, parent, state_path = locate_sweep(
+    tracker, parent, state_path = find_sweep(
         spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
     )
     out_dir = Path(args.output) if args.output else state_path / "report"
@@ -369,16 +379,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     """Write every finished trial as a row of a replay table."""
     spec = _load(args)
-    from spec_sweep.replay import export_columns, export_rows, write_csv
-    from spec_sweep.report import locate_sweep
-    from spec_sweep.search.confirm import search_records
-    from spec_sweep.search.objective import finished_in_order
+    from spec_sweep.core.history import History
+    from spec_sweep.store.replay import export_columns, export_rows, write_csv
+    from spec_sweep.store.sweeps import find_sweep
 
-    tracker, parent, _ = locate_sweep(
-        spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
-    )
+    tracker, parent, _ = find_sweep(spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir)
     # One row per searched configuration: confirmation boots repeat configurations already there.
-    rows = export_rows(spec, finished_in_order(search_records(tracker.trials(parent))))
+    rows = export_rows(spec, History(spec, tracker.trials(parent)).done)
     path = Path(args.output)
     count = write_csv(path, export_columns(spec), rows)
     print(f"wrote {count} trials of {spec.name} to {path} (replay with --replay {path})")

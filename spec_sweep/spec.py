@@ -46,6 +46,7 @@ __all__ = [
     "WorkloadSpec",
     "metric_names",
     "parse_value",
+    "same_scalar",
     "spec_metric_names",
 ]
 
@@ -127,7 +128,7 @@ class ParamSpec(_Model):
                 raise ValueError("'choices' is empty: list at least one value")
             seen: list[Scalar] = []
             for value in self.choices:
-                if any(_same(value, other) for other in seen):
+                if any(same_scalar(value, other) for other in seen):
                     raise ValueError(f"'choices' lists {value!r} twice: remove the duplicate")
                 seen.append(value)
             if self.step is not None or self.log:
@@ -162,7 +163,7 @@ class ParamSpec(_Model):
     def contains(self, value: Scalar) -> bool:
         """Whether `value` is a value this parameter can take."""
         if self.choices is not None:
-            return any(_same(value, c) for c in self.choices)
+            return any(same_scalar(value, c) for c in self.choices)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return False
         if self.int_range is not None:
@@ -537,7 +538,7 @@ def parse_value(text: str) -> Scalar:
     return text
 
 
-def _same(a: Scalar, b: Scalar) -> bool:
+def same_scalar(a: Scalar, b: Scalar) -> bool:
     """Equality that keeps True apart from 1 and None apart from everything."""
     return (type(a) is type(b) and a == b) or (
         isinstance(a, int | float)

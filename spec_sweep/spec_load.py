@@ -20,9 +20,9 @@ from pydantic import (
     ValidationError,
 )
 
+from spec_sweep.core.config import baseline_config
 from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
-from spec_sweep.space import baseline_config
 from spec_sweep.spec import (
     RESERVED_FLAGS,
     ParamSpec,
@@ -270,6 +270,9 @@ def _short(value: Any) -> str:
 
 
 def _check_semantics(path: Path, spec: SweepSpec) -> None:
+    """Checks that need the whole spec and SGLang's flag manifest, in the order a reader meets
+    the sections: node, search space, baseline, objective, searcher, draft model."""
+
     def fail(field: str, message: str) -> None:
         raise SpecError(f"{path}: {field}: {message}")
 
@@ -279,6 +282,30 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
         fail("node.sglang_version", f"{spec.node.sglang_version!r}: {exc}")
         raise  # unreachable; keeps mypy happy
 
+    _check_node(fail, manifest, spec)
+    params = spec.params
+    for key, param in params.items():
+        _check_param(fail, manifest, params, key, param)
+    _check_cycles(fail, params)
+    _check_baseline(fail, spec)
+    _check_objective(fail, spec)
+    if spec.searcher.kind == "grid":
+        for key, param in params.items():
+            if param.kind == "float" and param.step is None:
+                fail(
+                    f"search_space.params.{key}",
+                    "a grid search needs a 'step' for every float range: add 'step'",
+                )
+    if spec.node.draft_model is None and _may_need_draft(spec):
+        fail(
+            "node.draft_model",
+            "missing: the search space can set an EAGLE speculative algorithm, which needs "
+            "a draft model: set node.draft_model",
+        )
+
+
+def _check_node(fail: Any, manifest: FlagManifest, spec: SweepSpec) -> None:
+    """Fixed server arguments are real flags with valid values; nothing is fixed and searched."""
     params = spec.params
     for key, value in spec.node.server_args.items():
         _check_key(fail, manifest, f"node.server_args.{key}", key, allow_env=False)
@@ -297,30 +324,37 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
                 f"duplicate parameter: fixed in node.env and searched as 'env.{name}': keep one",
             )
 
-    for key, param in params.items():
-        field = f"search_space.params.{key}"
-        _check_key(fail, manifest, field, key, allow_env=True)
-        flag = manifest.lookup(key) if not key.startswith("env.") else None
-        if flag is not None:
-            for value in _param_values_to_check(param):
-                _check_flag_value(fail, flag, field, value)
-        for dep, wanted in param.when.items():
-            if dep == key:
-                fail(f"{field}.when", f"{key!r} cannot depend on itself")
-            if dep not in params:
+
+def _check_param(
+    fail: Any, manifest: FlagManifest, params: Mapping[str, ParamSpec], key: str, param: ParamSpec
+) -> None:
+    """One searched parameter: a real flag (or env var), valid values, sound `when:`."""
+    field = f"search_space.params.{key}"
+    _check_key(fail, manifest, field, key, allow_env=True)
+    flag = manifest.lookup(key) if not key.startswith("env.") else None
+    if flag is not None:
+        for value in _param_values_to_check(param):
+            _check_flag_value(fail, flag, field, value)
+    for dep, wanted in param.when.items():
+        if dep == key:
+            fail(f"{field}.when", f"{key!r} cannot depend on itself")
+        if dep not in params:
+            fail(
+                f"{field}.when.{dep}",
+                f"{dep!r} is not a parameter of the search space: name one of {sorted(params)}",
+            )
+        options = wanted if isinstance(wanted, tuple) else (wanted,)
+        for option in options:
+            if not params[dep].contains(option):
                 fail(
                     f"{field}.when.{dep}",
-                    f"{dep!r} is not a parameter of the search space: name one of {sorted(params)}",
+                    f"{option!r} is not a value {dep!r} can take: use one of its values",
                 )
-            options = wanted if isinstance(wanted, tuple) else (wanted,)
-            for option in options:
-                if not params[dep].contains(option):
-                    fail(
-                        f"{field}.when.{dep}",
-                        f"{option!r} is not a value {dep!r} can take: use one of its values",
-                    )
-    _check_cycles(fail, params)
 
+
+def _check_baseline(fail: Any, spec: SweepSpec) -> None:
+    """The baseline names parameters of the space, with values they take, and is complete."""
+    params = spec.params
     for key, value in spec.baseline.items():
         if key not in params:
             fail(
@@ -331,6 +365,9 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
             fail(f"baseline.{key}", f"{value!r} is not a value this parameter can take")
     _check_baseline_complete(fail, spec)
 
+
+def _check_objective(fail: Any, spec: SweepSpec) -> None:
+    """The objective and its constraints name metrics a trial of this spec reports."""
     valid = spec_metric_names(spec)
     if spec.objective.metric not in valid:
         fail(
@@ -345,21 +382,6 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
                 f"objective.constraints.{metric}",
                 f"{metric!r} is not a metric: use one of {', '.join(valid)}",
             )
-
-    if spec.searcher.kind == "grid":
-        for key, param in params.items():
-            if param.kind == "float" and param.step is None:
-                fail(
-                    f"search_space.params.{key}",
-                    "a grid search needs a 'step' for every float range: add 'step'",
-                )
-
-    if spec.node.draft_model is None and _may_need_draft(spec):
-        fail(
-            "node.draft_model",
-            "missing: the search space can set an EAGLE speculative algorithm, which needs "
-            "a draft model: set node.draft_model",
-        )
 
 
 def _check_key(fail: Any, manifest: FlagManifest, field: str, key: str, *, allow_env: bool) -> None:

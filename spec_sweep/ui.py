@@ -5,7 +5,7 @@ MLflow's own `mlflow ui` starts four uvicorn workers plus its job runner and sev
 needs none of the jobs: this module runs `mlflow server` with one worker and job execution off
 (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`), waits until it answers, and prints (with `--open`,
 opens) the URL of the sweep's trials view. Meanwhile a short-lived child process finds the latest
-sweep in the store and publishes that view (`spec_sweep.tracking.locate_sweep`), so this process
+sweep in the store and publishes that view (`spec_sweep.store.sweeps.locate_sweep`), so this process
 never imports MLflow itself and stays small while the server runs.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spec_sweep.errors import SpecSweepError
-from spec_sweep.paths import default_tracking_uri
-from spec_sweep.procs import stop_process_group
+from spec_sweep.node.procs import stop_process_group
+from spec_sweep.store.paths import default_tracking_uri
 
 __all__ = ["UiServer", "server_command", "start_ui_server", "ui_command"]
 
@@ -120,7 +120,7 @@ def _exit_message(code: int, port: int, log_path: Path | None) -> str:
 def _locate(uri: str, experiment: str | None) -> subprocess.Popen[str]:
     """A child process that finds the sweep and publishes its view (prints JSON or nothing)."""
     code = (
-        "import json, sys; from spec_sweep.tracking import locate_sweep; "
+        "import json, sys; from spec_sweep.store.sweeps import locate_sweep; "
         "ref = locate_sweep(sys.argv[1], sys.argv[2] or None); "
         "print(json.dumps(None if ref is None else "
         "{'experiment': ref.experiment, 'path': ref.view_path}))"

@@ -5,6 +5,7 @@
 - `free_port`, `ray_port_args`: ports for the processes tests start, none of Ray's fixed
   defaults, so the suite can run beside a user's own Ray cluster or MLflow UI.
 - `wait_until`: the only way tests wait for something (no bare sleeps).
+- `record`: a finished trial record as the store returns it, for the pure tests of the core.
 - `stop_ray_processes`: stop one Ray cluster by its temp dir (never every Ray on the host).
 
 Imported as `harness` (tests/ is on the import path); fixtures live in `conftest.py`.
@@ -94,6 +95,78 @@ def make_spec(directory: Path, *, file: str | None = None, **sections: Any) -> A
     return load_spec(write_spec(directory, file=file, **sections))
 
 
+def record(
+    trial_id: str,
+    config: Mapping[str, Any],
+    value: float | None,
+    *,
+    start: int | None = None,
+    mode: Any = None,
+    metric: str = "output_throughput",
+    status: str = "FINISHED",
+    **metrics: float,
+) -> Any:
+    """A trial record: measured with `value` of `metric` (plus `metrics`), or failed (`oom`,
+    or `mode`) when `value` is None; started at `start` (default: the id's number)."""
+    from spec_sweep.core.outcome import FailureMode
+    from spec_sweep.core.record import TrialRecord
+
+    if mode is None:
+        mode = FailureMode.NONE if value is not None else FailureMode.OOM
+    return TrialRecord(
+        run_id=f"r-{trial_id}",
+        trial_id=trial_id,
+        status=status,
+        config=dict(config),
+        failure_mode=mode,
+        metrics={metric: value, **metrics} if value is not None else dict(metrics),
+        start_time=start if start is not None else int(trial_id[1:5]),
+    )
+
+
+#: The configurations of `confirm_spec`'s sweep: the baseline, two others, and one that fails.
+CONFIRM_BASE = {"cuda-graph-max-bs": 512, "disable-custom-all-reduce": False}
+CONFIRM_A = {"cuda-graph-max-bs": 128, "disable-custom-all-reduce": False}
+CONFIRM_B = {"cuda-graph-max-bs": 64, "disable-custom-all-reduce": True}
+CONFIRM_BAD = {"cuda-graph-max-bs": 64, "disable-custom-all-reduce": False}
+
+
+def graph_spec(tmp_path: Path, **sections: Any) -> Any:
+    """A one-parameter sweep (the CUDA-graph batch, 512 by default) with `sections` merged in."""
+    return make_spec(
+        tmp_path,
+        search_space={
+            "include": [],
+            "params": {"cuda-graph-max-bs": {"choices": [64, 128, 256, 512], "default": 512}},
+        },
+        baseline=DROP,
+        **sections,
+    )
+
+
+def confirm_spec(tmp_path: Path, **budget: object) -> Any:
+    """A two-parameter sweep (CUDA-graph batch, custom all-reduce) that confirms its top two."""
+    spec = make_spec(
+        tmp_path,
+        search_space={
+            "include": [],
+            "params": {
+                "cuda-graph-max-bs": {"choices": [64, 128, 256, 512], "default": 512},
+                "disable-custom-all-reduce": {"choices": [False, True], "default": False},
+            },
+        },
+        baseline=DROP,
+        budget={
+            "trials": 6,
+            "confirm": 2,
+            "confirm_repeats": 2,
+            "remeasure_baseline": True,
+            **budget,
+        },
+    )
+    return spec
+
+
 def free_port() -> int:
     """A port that was free a moment ago."""
     with socket.socket() as sock:
@@ -133,6 +206,6 @@ def stop_ray_processes(temp_dir: Path) -> None:
 
     `ray stop` would also stop clusters that other test sessions (or the user) are using.
     """
-    from spec_sweep.procs import kill_processes_matching
+    from spec_sweep.node.procs import kill_processes_matching
 
     kill_processes_matching(str(temp_dir), grace_s=10.0)

@@ -20,7 +20,7 @@ import contextlib
 import random
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -28,16 +28,18 @@ from optuna.samplers import BaseSampler, GridSampler, RandomSampler, TPESampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from spec_sweep.search.tpe import FailureAwareTPESampler, FailureModel, failure_model
-from spec_sweep.space import (
+from spec_sweep.core.config import (
     Config,
-    SearchSpace,
     baseline_config,
     config_key,
     normalize_config,
     ordered_keys,
     resolve_config,
+    same_value,
 )
+from spec_sweep.core.objective import Objective
+from spec_sweep.search.space import SearchSpace
+from spec_sweep.search.tpe import FailureAwareTPESampler, FailureModel, failure_model
 from spec_sweep.spec import ParamSpec, Scalar, SweepSpec
 
 __all__ = [
@@ -180,11 +182,7 @@ def _alternatives(param: ParamSpec, current: Scalar) -> list[Scalar]:
             last = len(values) - 1
             picks = sorted({round(i * last / (_RANGE_POINTS - 1)) for i in range(_RANGE_POINTS)})
             values = [values[i] for i in picks]
-    return [v for v in values if not _same(v, current)]
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
+    return [v for v in values if not same_value(v, current)]
 
 
 def _complete(spec: SweepSpec, values: Mapping[str, Scalar], rng: random.Random) -> Config:
@@ -203,7 +201,7 @@ def propose(spec: SweepSpec, count: int) -> list[tuple[Config, bool]]:
     repeats from its record, never launches them).
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction=_direction(spec), sampler=make_sampler(spec))
+    study = optuna.create_study(direction=Objective.of(spec).direction, sampler=make_sampler(spec))
     space = SearchSpace(spec.params)
     study.enqueue_trial(baseline_config(spec))
     if spec.searcher.kind == "tpe":
@@ -218,10 +216,6 @@ def propose(spec: SweepSpec, count: int) -> list[tuple[Config, bool]]:
         out.append((config, key in seen))
         seen.add(key)
     return out
-
-
-def _direction(spec: SweepSpec) -> Literal["maximize", "minimize"]:
-    return "maximize" if spec.objective.mode == "max" else "minimize"
 
 
 def distributions(spec: SweepSpec, config: Config) -> dict[str, BaseDistribution]:

@@ -12,15 +12,18 @@ rejects is never launched and one it rewrites is proposed as what actually runs.
 proposes a configuration already measured or running: a model proposal that repeats one is asked
 again (three times); if the model insists, the sweep takes a local step instead, an unmeasured
 neighbour of that configuration (one value changed), the one least likely to fail by
-`sampling.FailureModel`, seeded ties. Random search stays random: it just draws again. Every
-failed trial is told as FAIL with a violated `failed` constraint, which the failure-aware TPE
-sampler learns from; a trial whose machinery failed is told as FAIL without it, which every
+`sampling.FailureModel`, seeded ties. Random search stays random: it just draws again.
+
+A trial teaches the searcher one way, whether it is read from the record when the searcher is
+built (a resumed sweep) or reported by Ray Tune as it ends (`_learn`): a measured trial
+(`History.is_measured`) is told as COMPLETE with its constraint values; any other classified
+outcome as FAIL with a violated `failed` constraint, which the failure-aware TPE sampler learns
+from; a trial whose machinery failed (no classified outcome) as FAIL without it, which every
 sampler ignores (docs/design.md, "Failure modes").
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,13 +31,15 @@ from typing import Any
 
 import optuna
 
-from spec_sweep.failures import FailureMode
+from spec_sweep.core.config import Config, config_key, normalize_config
+from spec_sweep.core.ids import trial_name
+from spec_sweep.core.objective import Objective
+from spec_sweep.core.outcome import FailureMode, TrialReport
+from spec_sweep.core.record import TrialRecord
 from spec_sweep.search import sampling
-from spec_sweep.search.objective import constraint_violations, objective_value, trial_name
+from spec_sweep.search.space import SearchSpace
 from spec_sweep.search.spec_guide import SpecGuide
-from spec_sweep.space import Config, SearchSpace, config_key, normalize_config
 from spec_sweep.spec import SweepSpec
-from spec_sweep.tracking import TrialRecord
 
 __all__ = ["Proposal", "SweepSearcher"]
 
@@ -82,12 +87,13 @@ class SweepSearcher:
             failure_aware: Let the sampler (and the local steps) learn from failed trials.
         """
         self._spec = spec
+        self._objective = Objective.of(spec)
         self._space = SearchSpace(spec.params)
         self.study = optuna.create_study(
             sampler=sampling.make_sampler(spec, failure_aware=failure_aware),
             pruner=optuna.pruners.NopPruner(),
             study_name="optuna",
-            direction="maximize" if spec.objective.mode == "max" else "minimize",
+            direction=self._objective.direction,
         )
         self._trials: dict[str, optuna.Trial] = {}
         self._configs: dict[str, Config] = {}
@@ -106,31 +112,20 @@ class SweepSearcher:
         self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
         self._turn = 0  # the guide's proposals take turns with TPE's
         for record in history:
+            mode = record.failure_mode or FailureMode.CRASH
+            value = self._learn(record.config, mode, record.metrics)
             sampling.add_finished(
                 self.study,
                 spec,
                 record.config,
-                value=objective_value(spec, record.metrics)
-                if record.failure_mode is FailureMode.NONE
-                else None,
-                failed=record.failure_mode is not FailureMode.NONE,
-                constraints=constraint_violations(spec, record.metrics),
+                value=value,
+                failed=value is None,
+                constraints=self._objective.violations(record.metrics),
                 trial_id=record.trial_id,
             )
             self._seen.add(config_key(record.config))
             if self._guide is not None:
                 self._seen.add(self._guide.resolve(record.config).effective_key)
-                ok = record.failure_mode is FailureMode.NONE and not any(
-                    v > 0 for v in constraint_violations(spec, record.metrics).values()
-                )
-                self._guide.observe(
-                    record.config,
-                    value=objective_value(spec, record.metrics) if ok else None,
-                    metrics={
-                        **record.metrics,
-                        "failure_mode": (record.failure_mode or FailureMode.CRASH).value,
-                    },
-                )
         for _, config, _ in self._queue:
             self._seen.add(config_key(config))
         self._design: list[Config] = []
@@ -151,17 +146,27 @@ class SweepSearcher:
             launch = self._launchable(self._design.pop(0))
             if launch is not None:
                 return self._fixed(key, launch)
-        if self._guide is not None:
-            # Turns: a tree the speculative model ranks first (at once when the branch is below
-            # its share), a system-knob step from the best trial, then TPE.
-            turn, self._turn = self._turn % 3, self._turn + 1
-            proposal = None
-            if turn == 0 or self._guide.due():
-                proposal = self._guide.propose(seen=self._seen)
-            elif turn == 1:
-                proposal = self._guide.exploit(seen=self._seen)
-            if proposal is not None:
-                return self._fixed(key, proposal)
+        guided = self._guided()
+        if guided is not None:
+            return self._fixed(key, guided)
+        return self._from_model(key)
+
+    def _guided(self) -> Config | None:
+        """The guide's turn, if it is one: a tree the speculative model ranks first (at once
+        when the branch is below its share), then a system-knob step from the best trial; the
+        third turn is TPE's."""
+        if self._guide is None:
+            return None
+        turn, self._turn = self._turn % 3, self._turn + 1
+        if turn == 0 or self._guide.due():
+            return self._guide.propose(seen=self._seen)
+        if turn == 1:
+            return self._guide.exploit(seen=self._seen)
+        return None
+
+    def _from_model(self, key: str) -> Proposal | None:
+        """The sampler's proposal, asked again while it repeats what ran (a local step or a
+        random draw after `_MODEL_REPEATS`); None (and `exhausted`) when nothing new is left."""
         repeated: Config | None = None
         for attempt in range(_MAX_REPEATS):
             if attempt >= _MODEL_REPEATS and repeated is not None:
@@ -195,44 +200,55 @@ class SweepSearcher:
         return None
 
     def complete(
-        self, key: str, result: Mapping[str, Any] | None = None, *, error: bool = False
+        self,
+        key: str,
+        report: TrialReport | Mapping[str, Any] | None = None,
+        *,
+        error: bool = False,
     ) -> None:
-        """Tell Optuna: COMPLETE with constraints, or FAIL with a violated `failed` constraint.
+        """Tell Optuna how the trial of slot `key` ended (see the module doc).
 
         Args:
             key: The slot the trial was proposed for.
-            result: What the trial reported (`failure_mode` and metrics).
+            report: What the trial reported, or the dict it reported to Tune
+                (`TrialReport.to_tune`).
             error: The trial raised (the machinery failed, not the configuration).
         """
         if key in self._completed or key not in self._trials:
             return
+        if report is not None and not isinstance(report, TrialReport):
+            report = TrialReport.from_tune(report)
         ot_trial = self._trials[key]
-        result = result or {}
-        mode = result.get("failure_mode")
-        value = result.get(self._spec.objective.metric) if mode == FailureMode.NONE.value else None
-        if error or mode is None or result.get("interrupted"):
+        self._completed.add(key)
+        if error or report is None or not report.ended or report.failure_mode is None:
             # The machinery failed (not the configuration): FAIL without a constraint, which
             # the sampler ignores.
             sampling.tell_result(self.study, ot_trial, value=None, failed=False)
-        elif isinstance(value, int | float) and math.isfinite(value):
-            sampling.tell_result(
-                self.study,
-                ot_trial,
-                value=float(value),
-                failed=False,
-                constraints=constraint_violations(self._spec, result),
+            return
+        value = self._learn(self._configs.get(key), report.failure_mode, report.metrics)
+        sampling.tell_result(
+            self.study,
+            ot_trial,
+            value=value,
+            failed=value is None,
+            constraints=self._objective.violations(report.metrics),
+        )
+
+    def _learn(
+        self,
+        config: Config | None,
+        mode: FailureMode,
+        metrics: Mapping[str, float],
+    ) -> float | None:
+        """What a classified outcome teaches: the objective value Optuna is told (None: the
+        configuration failed), and the speculative guide's observation."""
+        value = self._objective.value(metrics) if mode is FailureMode.NONE else None
+        if self._guide is not None and config is not None:
+            ok = value is not None and self._objective.meets(metrics)
+            self._guide.observe(
+                config, value=value if ok else None, metrics={**metrics, "failure_mode": mode.value}
             )
-        else:
-            sampling.tell_result(self.study, ot_trial, value=None, failed=True)
-        self._completed.add(key)
-        if self._guide is not None and key in self._configs and not error and mode is not None:
-            measured = float(value) if isinstance(value, int | float) else None
-            if measured is not None and (
-                not math.isfinite(measured)
-                or any(v > 0 for v in constraint_violations(self._spec, result).values())
-            ):
-                measured = None
-            self._guide.observe(self._configs[key], value=measured, metrics=result)
+        return value
 
     def _ask(self, key: str) -> dict[str, Any]:
         """Ask the study for the slot's trial and sample every active parameter on it."""
@@ -273,12 +289,7 @@ class SweepSearcher:
             return None
         if self._guide is None:
             return config
-        resolved = self._guide.resolve(config)
-        if resolved.launch is None or resolved.effective_key in self._seen:
-            return None
-        if config_key(resolved.launch) in self._seen:
-            return None
-        return resolved.launch
+        return self._guide.unseen_launch(config, seen=self._seen)
 
     def _local_step(self, config: Config) -> Config | None:
         """An unmeasured neighbour of `config`, the least likely to fail (seeded ties)."""

@@ -30,10 +30,17 @@ from typing import Any
 
 import numpy as np
 
+from spec_sweep.core.config import (
+    Config,
+    config_key,
+    normalize_config,
+    ordered_keys,
+    resolve_config,
+    same_value,
+)
 from spec_sweep.search.spec_model import SpecModel, TreeObservation
 from spec_sweep.search.tpe import FailureModel
 from spec_sweep.search.tree_rules import ALGORITHM, DRAFT_TOKENS, STEPS, TOPK, TreeCheck, check_tree
-from spec_sweep.space import Config, config_key, normalize_config, ordered_keys, resolve_config
 from spec_sweep.spec import Scalar, SweepSpec
 
 __all__ = ["SHARE", "Resolved", "SpecGuide"]
@@ -131,6 +138,19 @@ class SpecGuide:
         launch = effective if self._expressible(effective) else normalize_config(self.spec, config)
         return Resolved(launch, config_key(effective), check)
 
+    def unseen_launch(self, config: Mapping[str, Scalar], *, seen: set[str]) -> Config | None:
+        """What to launch for `config` after SGLang's rules, if it runs and was not seen yet.
+
+        None when SGLang rejects it, or when what would run (as given or as SGLang rewrites
+        it) is among `seen` (configuration keys of what ran, runs, or was proposed).
+        """
+        resolved = self.resolve(config)
+        if resolved.launch is None or resolved.effective_key in seen:
+            return None
+        if config_key(resolved.launch) in seen:
+            return None
+        return resolved.launch
+
     def _expressible(self, config: Mapping[str, Scalar]) -> bool:
         for key, value in config.items():
             param = self.spec.params.get(key)
@@ -140,7 +160,7 @@ class SpecGuide:
                 values = param.values()
             except ValueError:
                 continue  # a continuous range
-            if not any(type(v) is type(value) and v == value for v in values):
+            if not any(same_value(v, value) for v in values):
                 return False
         return True
 
@@ -242,14 +262,12 @@ class SpecGuide:
                 )
             except ValueError:
                 continue
-            resolved = self.resolve(config)
-            if resolved.launch is None or resolved.effective_key in seen:
-                continue
-            if config_key(resolved.launch) in seen:
+            launch = self.unseen_launch(config, seen=seen)
+            if launch is None:
                 continue
             gain = sum(effects.get((k, repr(v)), 0.0) for k, v in config.items())
-            score = gain + risk(resolved.launch)
-            scored.append((score, self._rng.random(), resolved.launch))
+            score = gain + risk(launch)
+            scored.append((score, self._rng.random(), launch))
         if not scored:
             return None
         scored.sort(key=lambda item: (-item[0], item[1]))
@@ -424,14 +442,12 @@ class SpecGuide:
                 config = self._with_tree(system, tree)
                 if config is None:
                     continue
-                resolved = self.resolve(config)
-                if resolved.launch is None or resolved.effective_key in seen:
-                    continue
-                if config_key(resolved.launch) in seen:
+                launch = self.unseen_launch(config, seen=seen)
+                if launch is None:
                     continue
                 predicted = self._predict(model, system, tree, base=best)
-                score = math.log(max(predicted * weight, 1e-12)) + risk(resolved.launch)
-                scored.append((score, self._rng.random(), resolved.launch))
+                score = math.log(max(predicted * weight, 1e-12)) + risk(launch)
+                scored.append((score, self._rng.random(), launch))
         if not scored:
             return None
         scored.sort(key=lambda item: (-item[0], item[1]))
@@ -463,7 +479,7 @@ class SpecGuide:
             except ValueError:
                 continue
             for value in values:
-                if type(value) is type(anchor[key]) and value == anchor[key]:
+                if same_value(value, anchor[key]):
                     continue
                 out.append({**anchor, key: value})
         return out

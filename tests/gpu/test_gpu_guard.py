@@ -1,6 +1,6 @@
-"""Tests for spec_sweep.gpu on a real NVIDIA GPU: a child process that takes GPU memory through the
-CUDA driver API (ctypes against libcuda, so no Python package is needed) is found with its PID by
-``gpu_processes``, makes ``wait_for_free_gpus`` give up with a message naming it, shows up in
+"""Tests for spec_sweep.node.gpu on a real NVIDIA GPU: a child process that takes GPU memory through
+the CUDA driver API (ctypes against libcuda, so no Python package is needed) is found with its PID
+by ``gpu_processes``, makes ``wait_for_free_gpus`` give up with a message naming it, shows up in
 ``PeakMemorySampler`` with the allocation's size, and once it is killed ``wait_for_release``
 confirms its memory is gone. Skipped where NVML finds no GPU."""
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spec_sweep.gpu import (
+from spec_sweep.node.gpu import (
     GpuBusyError,
     PeakMemorySampler,
     describe_gpus,

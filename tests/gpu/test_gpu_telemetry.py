@@ -14,9 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from test_gpu_guard import _CHILD
 
-from spec_sweep.failures import FailureMode
-from spec_sweep.gpu import list_gpus
-from spec_sweep.tracking import Tracker
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.gpu import list_gpus
+from spec_sweep.store.tracker import Tracker
 
 pytestmark = [
     pytest.mark.gpu,

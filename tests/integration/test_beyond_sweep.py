@@ -19,12 +19,11 @@ from harness import make_spec
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-from spec_sweep.backends import make_backend
-from spec_sweep.failures import FailureMode
-from spec_sweep.progress import SweepProgress
-from spec_sweep.report.build import build_report
-from spec_sweep.search.driver import sweep
-from spec_sweep.search.objective import best_record, finished_in_order
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.backends import make_backend
+from spec_sweep.orchestrate.driver import sweep
+from spec_sweep.present.report.build import build_report
+from spec_sweep.present.terminal import print_summary
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -56,7 +55,7 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
         tracking_uri=uri,
         report=False,
     )
-    finished = finished_in_order(outcome.records)
+    finished = outcome.history.done
     modes = {r.trial_id: r.failure_mode for r in finished}
     assert modes["t0000"] is FailureMode.NONE
     speculative = [r for r in finished if r.config.get("speculative-algorithm") == "EAGLE3"]
@@ -64,7 +63,7 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
     assert not [r for r in speculative if r.failure_mode is FailureMode.NONE], modes
     wrong = [r for r in speculative if r.failure_mode is FailureMode.WRONG_OUTPUT]
     assert wrong, modes
-    best = best_record(spec, outcome.records)
+    best = outcome.history.best
     assert best is not None
     assert best.trial_id == "t0000"
     price = best.metrics["usd_per_million_tokens"]
@@ -79,13 +78,13 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
     assert quality["passed"] is False
     assert quality["first_diverging"]["baseline_text"] != quality["first_diverging"]["trial_text"]
 
-    report = build_report(spec, outcome.records, out_dir=tmp_path / "report")
+    report = build_report(outcome.history, out_dir=tmp_path / "report")
     html = report.html.read_text()
     assert "Winner per concurrency level" in html
     assert "a full grid of 113 configurations" in html
     assert "per million output tokens" in html
     buffer = io.StringIO()
-    SweepProgress(console=Console(file=buffer, width=200)).summary(spec, outcome)
+    print_summary(Console(file=buffer, width=200), outcome)
     text = buffer.getvalue()
     assert "winner per concurrency level (output_throughput):" in text
     assert "GPU-hours" in text

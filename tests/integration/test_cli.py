@@ -21,10 +21,10 @@ SCRIPT = textwrap.dedent(
     from pathlib import Path
 
     from spec_sweep.cli import main
-    from spec_sweep.failures import FailureMode
-    from spec_sweep.space import baseline_config
+    from spec_sweep.core.outcome import FailureMode
+    from spec_sweep.core.config import baseline_config
     from spec_sweep.spec_load import load_spec
-    from spec_sweep.tracking import Tracker
+    from spec_sweep.store.tracker import Tracker
 
     sweep_file, uri, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     spec = load_spec(sweep_file)
@@ -74,8 +74,8 @@ def test_commands_import_no_ray_module_at_all(command: str) -> None:
     """Importing the handler's modules alone pulls in no Ray either."""
     modules = {
         "validate": ["spec_sweep.cli", "spec_sweep.spec_load"],
-        "report": ["spec_sweep.cli", "spec_sweep.report"],
-        "export": ["spec_sweep.cli", "spec_sweep.replay", "spec_sweep.report"],
+        "report": ["spec_sweep.cli", "spec_sweep.present.report", "spec_sweep.store.sweeps"],
+        "export": ["spec_sweep.cli", "spec_sweep.store.replay", "spec_sweep.store.sweeps"],
     }[command]
     code = "import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
     code += "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"

@@ -13,9 +13,9 @@ import harness
 import pytest
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.backends import SimBackend
-from spec_sweep.search.confirm import CONFIRM_TAG
-from spec_sweep.search.driver import SweepOutcome, sweep
+from spec_sweep.core.names import TAG_CONFIRMS as CONFIRM_TAG
+from spec_sweep.node.backends import SimBackend
+from spec_sweep.orchestrate.driver import SweepOutcome, sweep
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import harness
 
-from spec_sweep.failures import FailureMode
+from spec_sweep.core.config import baseline_config, resolve_config
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.command import build_command
+from spec_sweep.node.trial import run_trial
 from spec_sweep.sim.cli import parse_command_line
 from spec_sweep.sim.model import plan_node
 from spec_sweep.sim.perf import PerfModel
 from spec_sweep.sim.profiles import load_profile
-from spec_sweep.space import baseline_config, build_command, resolve_config
 from spec_sweep.spec import SweepSpec
-from spec_sweep.trial import run_trial
 
 _GRAPH_BS = 12
 

@@ -19,13 +19,12 @@ import pytest
 from harness import make_spec
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.backends import make_backend
-from spec_sweep.failures import FailureMode
-from spec_sweep.replay import export_columns, export_rows, write_csv
-from spec_sweep.search.driver import SweepOutcome, sweep
-from spec_sweep.search.objective import finished_in_order
-from spec_sweep.space import config_key
+from spec_sweep.core.config import config_key
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.backends import make_backend
+from spec_sweep.orchestrate.driver import SweepOutcome, sweep
 from spec_sweep.spec import SweepSpec
+from spec_sweep.store.replay import export_columns, export_rows, write_csv
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -73,7 +72,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SweepSpec, Swe
     spec = write_spec(project, "live")
     outcome = run(project, spec, simulate=True)
     table = project / "live.csv"
-    write_csv(table, export_columns(spec), export_rows(spec, finished_in_order(outcome.records)))
+    write_csv(table, export_columns(spec), export_rows(spec, outcome.history.done))
     return project, spec, outcome, table
 
 

@@ -21,9 +21,10 @@ import pytest
 from harness import DROP, make_spec
 from matplotlib import image as mpimg
 
-from spec_sweep.failures import FailureMode
-from spec_sweep.report import ReportResult, build_report
-from spec_sweep.tracking import TrialRecord
+from spec_sweep.core.history import History
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.core.record import TrialRecord
+from spec_sweep.present.report import ReportResult, build_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -144,7 +145,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> ReportResult:
         budget={"trials": 9, "trial_timeout_s": DROP},
         searcher=DROP,
     )
-    return build_report(spec, _records(), out_dir=root / "report", parent_run_id="0123abcd")
+    return build_report(
+        History(spec, _records()), out_dir=root / "report", parent_run_id="0123abcd"
+    )
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ MLflow store under the test's project dir and the simulator as the server. They 
 SIGKILL at chosen points (during a server boot, during a benchmark, right after a trial finished,
 between trials) or interrupted with SIGINT (once, and twice during a slow teardown), then resumed
 with the same command; the last resume runs in-process through
-`spec_sweep.search.driver.sweep` so the test can read the Optuna study it rebuilt.
+`spec_sweep.orchestrate.driver.sweep` so the test can read the Optuna study it rebuilt.
 
 After a complete resume the checks are: the finished trials are the budget; no finished
 configuration ran twice (a configuration is launched again only when its earlier launch's child
@@ -43,12 +43,12 @@ import pytest
 from harness import stop_ray_processes, wait_until
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.backends import SimBackend
-from spec_sweep.procs import group_pids
-from spec_sweep.search.driver import SweepOutcome, sweep
+from spec_sweep.core.config import config_key, normalize_config
+from spec_sweep.node.backends import SimBackend
+from spec_sweep.node.procs import group_pids
+from spec_sweep.node.server import kill_recorded_servers
+from spec_sweep.orchestrate.driver import SweepOutcome, sweep
 from spec_sweep.search.sampling import history_trials
-from spec_sweep.server import kill_recorded_servers
-from spec_sweep.space import config_key, normalize_config
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
 

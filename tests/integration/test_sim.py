@@ -24,7 +24,7 @@ import httpx
 import pytest
 from harness import wait_until
 
-from spec_sweep.ports import choose_server_port
+from spec_sweep.node.ports import choose_server_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8", "--trust-remote-code"]
@@ -395,7 +395,8 @@ def _alive(pid: int) -> bool:
 def test_simulated_0_5_13_refuses_a_port_the_real_one_refuses() -> None:
     """Real SGLang 0.5.13 died on `--port 58199` (gRPC port 68199); so does the simulated node,
     and the classifier reads the refusal as the arguments' fault, raised while building them."""
-    from spec_sweep.failures import FailureMode, classify
+    from spec_sweep.core.outcome import FailureMode
+    from spec_sweep.node.classify import classify
 
     done = subprocess.run(
         [

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from spec_sweep.backends import SimBackend
+from spec_sweep.core.config import baseline_config, config_key
+from spec_sweep.core.outcome import FailureMode
 from spec_sweep.errors import SpecSweepError
-from spec_sweep.failures import FailureMode
-from spec_sweep.search.driver import SweepOutcome, sweep
-from spec_sweep.space import baseline_config, config_key
+from spec_sweep.node.backends import SimBackend
+from spec_sweep.orchestrate.driver import SweepOutcome, sweep
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
 
@@ -183,10 +183,11 @@ def test_mlflow_layout(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
 
 
 def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
-    from spec_sweep.search.objective import best_record, objective_value
+    from spec_sweep.core.history import History
 
     spec, outcome, _ = pcie
-    best = best_record(spec, outcome.records)
+    history = History(spec, outcome.records)
+    best = history.best
     assert best is not None
     assert best.config.get("speculative-algorithm") is None
     assert best.metrics["decode_speed_p50"] == pytest.approx(89.5, rel=0.05)
@@ -199,22 +200,23 @@ def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Pa
         and r.config.get("speculative-algorithm") == "EAGLE3"
     ]
     assert eagle, "the sweep should have measured some EAGLE-3 trials"
-    base_value = objective_value(spec, baseline.metrics)
+    base_value = history.objective.value(baseline.metrics)
     assert base_value is not None
     for record in eagle:
-        value = objective_value(spec, record.metrics)
+        value = history.objective.value(record.metrics)
         assert value is not None
         assert value < base_value
         assert record.metrics["speedup_vs_baseline"] < 1.0
 
 
 def test_h200_eagle3_wins(project_dir: Path) -> None:
-    from spec_sweep.search.objective import best_record
+    from spec_sweep.core.history import History
 
     extra = "    cuda-graph-max-bs: {choices: [128, 512], default: 512}\n"
     spec = make_spec(project_dir, name="h200", profile="h200-nvlink-x8", extra=extra, trials=8)
     outcome = run(project_dir, spec)
-    best = best_record(spec, outcome.records)
+    history = History(spec, outcome.records)
+    best = history.best
     assert best is not None
     assert best.config.get("speculative-algorithm") == "EAGLE3"
     assert best.metrics["speedup_vs_baseline"] > 1.3

@@ -16,17 +16,12 @@ from pathlib import Path
 import pytest
 from harness import make_spec
 
-from spec_sweep.backends import SimBackend
+from spec_sweep.core import names
+from spec_sweep.core.config import baseline_config
 from spec_sweep.errors import TrialError
-from spec_sweep.search.trainable import (
-    ATTEMPT_KEY,
-    RESULT_NAME,
-    TRIAL_ID_KEY,
-    TrialContext,
-    run_and_record,
-)
-from spec_sweep.space import baseline_config
-from spec_sweep.tracking import Tracker
+from spec_sweep.node.backends import SimBackend
+from spec_sweep.orchestrate.trainable import TrialContext, run_and_record
+from spec_sweep.store.tracker import Tracker
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -43,14 +38,14 @@ def test_a_store_error_while_recording_keeps_the_trial(project_dir: Path) -> Non
         parent_run_id=parent,
         trials_dir=trials,
     )
-    config = {**baseline_config(spec), TRIAL_ID_KEY: "t0000", ATTEMPT_KEY: 1}
+    config = {**baseline_config(spec), names.CONFIG_TRIAL_ID: "t0000", names.CONFIG_ATTEMPT: 1}
 
     artifacts = project_dir / "mlruns" / "artifacts" / spec.experiment
     shutil.rmtree(artifacts)
     artifacts.write_text("not a folder: the store cannot write artifacts now")
     with pytest.raises(TrialError, match="recording it in the tracking store failed"):
         run_and_record(dict(config), ctx)
-    saved = trials / "t0000" / "attempt1" / RESULT_NAME
+    saved = trials / "t0000" / "attempt1" / names.RESULT_FILE
     assert json.loads(saved.read_text())["failure_mode"] == "none"
     log = trials / "t0000" / "attempt1" / "server.log"
     launched = log.stat().st_mtime_ns
@@ -83,7 +78,7 @@ def test_a_saved_outcome_closed_by_a_resumed_driver_is_recorded_not_run(project_
         parent_run_id=parent,
         trials_dir=trials,
     )
-    config = {**baseline_config(spec), TRIAL_ID_KEY: "t0000", ATTEMPT_KEY: 1}
+    config = {**baseline_config(spec), names.CONFIG_TRIAL_ID: "t0000", names.CONFIG_ATTEMPT: 1}
     artifacts = project_dir / "mlruns" / "artifacts" / spec.experiment
     shutil.rmtree(artifacts)
     artifacts.write_text("not a folder")
@@ -94,7 +89,7 @@ def test_a_saved_outcome_closed_by_a_resumed_driver_is_recorded_not_run(project_
     tracker.kill_run(record.run_id)  # what a resumed driver does with a RUNNING run
     launched = (trials / "t0000" / "attempt1" / "server.log").stat().st_mtime_ns
 
-    out = run_and_record({**config, ATTEMPT_KEY: 2}, ctx)
+    out = run_and_record({**config, names.CONFIG_ATTEMPT: 2}, ctx)
     assert out["failure_mode"] == "none"
     assert (trials / "t0000" / "attempt1" / "server.log").stat().st_mtime_ns == launched
     assert sorted(p.name for p in (trials / "t0000").iterdir()) == ["attempt1"]

@@ -39,13 +39,14 @@ import psutil
 import pytest
 import yaml
 
-from spec_sweep.failures import FailureMode, find_fatal
-from spec_sweep.procs import group_pids, stop_process_group
-from spec_sweep.server import ServerProcess
-from spec_sweep.space import resolve_config
+from spec_sweep.core.config import resolve_config
+from spec_sweep.core.outcome import FailureMode, TrialResult
+from spec_sweep.node.classify import find_fatal
+from spec_sweep.node.procs import group_pids, stop_process_group
+from spec_sweep.node.server import ServerProcess
+from spec_sweep.node.trial import run_trial
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
-from spec_sweep.trial import TrialResult, run_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 PCIE = "rtx-pro-6000-pcie-x8"

@@ -28,8 +28,8 @@ import pytest
 import yaml
 from harness import wait_until
 
-from spec_sweep.procs import group_pids
-from spec_sweep.server import kill_recorded_servers
+from spec_sweep.node.procs import group_pids
+from spec_sweep.node.server import kill_recorded_servers
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = "The server is fired up and ready to roll!"
@@ -39,9 +39,9 @@ _DRIVER = textwrap.dedent(
     import json, sys, threading
     from pathlib import Path
 
-    from spec_sweep.space import baseline_config
+    from spec_sweep.core.config import baseline_config
     from spec_sweep.spec_load import load_spec
-    from spec_sweep.trial import run_trial
+    from spec_sweep.node.trial import run_trial
 
     spec_path, trial_dir, where = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     spec = load_spec(spec_path)

@@ -25,13 +25,14 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.core.config import baseline_config
+from spec_sweep.core.outcome import FailureMode
 from spec_sweep.errors import SpecSweepError
-from spec_sweep.failures import FailureMode
-from spec_sweep.gpu import list_gpus
-from spec_sweep.space import baseline_config
+from spec_sweep.node.gpu import list_gpus
+from spec_sweep.present.names import run_name
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
-from spec_sweep.tracking import Tracker
+from spec_sweep.store.tracker import Tracker
 from spec_sweep.ui import UiServer, start_ui_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,12 +65,11 @@ def _monitor_threads() -> list[threading.Thread]:
 
 
 def test_trial_logs_system_metrics_over_its_life(spec: SweepSpec, store: str) -> None:
-    tracker = Tracker(
-        store, spec.experiment, baseline=baseline_config(spec), system_metrics_interval_s=0.2
-    )
+    tracker = Tracker(store, spec.experiment, system_metrics_interval_s=0.2)
     parent, _ = tracker.start_sweep(spec, state_id="s1", simulate=True)
     config = {**baseline_config(spec), "cuda-graph-max-bs": 64}
-    run_id = tracker.start_trial(parent, trial_id="t0001", config=config)
+    name = run_name("t0001", config, baseline_config(spec))
+    run_id = tracker.start_trial(parent, trial_id="t0001", config=config, run_name=name)
     client = MlflowClient(store)
     # Sampled while the trial runs, not only at its end.
     assert _wait(lambda: len(client.get_metric_history(run_id, CPU)) >= 3, timeout=30)
@@ -136,14 +136,14 @@ def test_interval_set_where_the_tracker_is_made_travels_with_it(
 
 
 def test_sweep_experiment_opens_on_its_trials(spec: SweepSpec, store: str) -> None:
-    tracker = Tracker(store, spec.experiment, baseline=baseline_config(spec))
+    tracker = Tracker(store, spec.experiment)
     parent, _ = tracker.start_sweep(spec, state_id="s3", simulate=True)
     client = MlflowClient(store)
     experiment = client.get_experiment(tracker.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(experiment.tags[f"mlflow.sharedViewState.spec-sweep-{parent}"])
     assert view["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent}'"
-    assert view["orderByKey"] == "metrics.`output_throughput`"
+    assert view["orderByKey"] == "metrics.`feasible_output_throughput`"
     assert f"params.`{next(iter(spec.params))}`" in view["selectedColumns"]
     note = client.get_run(parent).data.tags["mlflow.note.content"]
     assert note.startswith(spec.description.strip())
@@ -173,7 +173,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def ui(spec: SweepSpec, store: str, tmp_path: Path) -> Iterator[tuple[UiServer, str]]:
-    tracker = Tracker(store, spec.experiment, baseline=baseline_config(spec))
+    tracker = Tracker(store, spec.experiment)
     parent, _ = tracker.start_sweep(spec, state_id="s4", simulate=True)
     tracker.finish_sweep(parent)
     server = start_ui_server(store, port=_free_port(), log_path=tmp_path / "ui.log")

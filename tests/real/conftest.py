@@ -22,7 +22,7 @@ from real_harness import MODEL, ROOT
 
 def _gpu_count() -> int:
     try:
-        from spec_sweep.gpu import list_gpus
+        from spec_sweep.node.gpu import list_gpus
 
         return len(list_gpus())
     except Exception:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from real_harness import MATRIX
 
-from spec_sweep.failures import FailureMode
-from spec_sweep.space import resolve_config
+from spec_sweep.core.config import resolve_config
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.trial import run_trial
 from spec_sweep.spec import QualitySpec
 from spec_sweep.spec_load import load_spec
-from spec_sweep.trial import run_trial
 
 _BENIGN = {
     "baseline-again": {},

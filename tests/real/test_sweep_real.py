@@ -101,7 +101,7 @@ def test_real_sweep_killed_once_and_resumed(model: Path, out_dir: Path, tmp_path
     assert len(finished) == TRIALS
     assert len(set(trial_ids)) == len(trial_ids)
     assert not _servers(state), "a server outlived the sweep"
-    from spec_sweep.gpu import gpu_processes
+    from spec_sweep.node.gpu import gpu_processes
 
     # The GPUs this sweep could see (CUDA_VISIBLE_DEVICES) hold nothing any more.
     assert not gpu_processes(), "GPU memory still held after the sweep"

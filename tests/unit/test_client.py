@@ -17,13 +17,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from spec_sweep.client import (
-    BenchResult,
-    run_benchmark_sync,
-)
 from spec_sweep.errors import SpecError
-from spec_sweep.metrics import bench_metrics
-from spec_sweep.prompts import CONSERVATIVE_ID_RANGE, load_prompts
+from spec_sweep.node.client import BenchResult, run_benchmark_sync
+from spec_sweep.node.metrics import bench_metrics
+from spec_sweep.node.prompts import CONSERVATIVE_ID_RANGE, load_prompts
 from spec_sweep.spec import WorkloadSpec
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The cluster files under docker/ (issue #9), checked without a Docker engine.
 
 The images cannot be built here, so these tests check what can be checked statically: the Ray
-cluster-launcher config passes Ray's own preparation and JSON schema (what `ray up` runs
-first), the head and worker start commands reserve whole nodes the way `spec_sweep.search.cluster`
-asks for them, the compose file's services are wired as the README describes, and every path
-a Dockerfile copies exists and survives its `.dockerignore`.
+cluster-launcher config passes Ray's own preparation and JSON schema (what `ray up` runs first), the
+head and worker start commands reserve whole nodes the way `spec_sweep.orchestrate.cluster` asks for
+them, the compose file's services are wired as the README describes, and every path a Dockerfile
+copies exists and survives its `.dockerignore`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_cluster_config_passes_rays_own_validation() -> None:
 
 
 def test_cluster_config_reserves_whole_nodes_for_trials() -> None:
-    from spec_sweep.search.cluster import NODE_RESOURCE
+    from spec_sweep.orchestrate.cluster import NODE_RESOURCE
 
     raw = _load("ray-cluster.yaml")
     head = _ray_start_args(raw["head_start_ray_commands"])

@@ -1,5 +1,5 @@
-"""Tests for spec_sweep.gpu without GPUs: on a machine with no NVIDIA driver or device every call
-reports "no GPUs" and returns at once (tests/gpu/test_gpu_guard.py covers real GPUs), plus the
+"""Tests for spec_sweep.node.gpu without GPUs: on a machine with no NVIDIA driver or device every
+call reports "no GPUs" and returns at once (tests/gpu/test_gpu_guard.py covers real GPUs), plus the
 GpuBusyError message, which needs no GPU."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from spec_sweep.errors import SpecSweepError
-from spec_sweep.gpu import (
+from spec_sweep.errors import SpecSweepError, TrialError
+from spec_sweep.node.gpu import (
     GpuBusyError,
     GpuProcess,
     PeakMemorySampler,
@@ -61,6 +61,7 @@ def test_busy_error_names_gpu_pid_process_and_memory() -> None:
     ]
     error = GpuBusyError(holders, 30.4)
     message = str(error)
+    assert isinstance(error, TrialError)  # the machinery failed: retried, never recorded
     assert isinstance(error, SpecSweepError)
     assert "\n" not in message
     assert message.startswith("GPUs still busy after 30s: GPU 0 pid 4242 (python3) 70.2 GiB, ")
@@ -79,7 +80,7 @@ def test_busy_error_survives_pickling() -> None:
 
 
 def test_visible_indices_follow_cuda_visible_devices() -> None:
-    from spec_sweep.gpu import visible_indices
+    from spec_sweep.node.gpu import visible_indices
 
     assert visible_indices(8, None) == list(range(8))
     assert visible_indices(8, "") == []

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from spec_sweep.client import BenchResult, LevelResult, RequestOutput
-from spec_sweep.metrics import bench_metrics, level_metrics, percentile
+from spec_sweep.node.client import BenchResult, LevelResult, RequestOutput
+from spec_sweep.node.metrics import bench_metrics, level_intervals, level_metrics, percentile
 from spec_sweep.spec import LEVEL_METRICS
 
 
@@ -203,3 +203,37 @@ def test_several_levels_need_multi_level() -> None:
     bench = _bench(_level(_ok(), concurrency=1), _level(_ok(), concurrency=2))
     with pytest.raises(ValueError, match="multi_level"):
         bench_metrics(bench, multi_level=False)
+
+
+def _timed_level(latencies: list[float], tokens: int = 64) -> LevelResult:
+    outs = tuple(
+        RequestOutput(output_tokens=tokens, ttft_s=0.01, itl_s=[], latency_s=lat)
+        for lat in latencies
+    )
+    return LevelResult(
+        concurrency=1,
+        outputs=outs,
+        duration_s=sum(latencies),
+        server_accept_length=None,
+        hung=False,
+    )
+
+
+def test_interval_brackets_value_and_narrows_with_steadier_requests() -> None:
+    noisy = _timed_level([0.08, 0.09, 0.1, 0.11, 0.12, 0.08, 0.1, 0.12] * 2)
+    steady = _timed_level([0.099, 0.1, 0.101, 0.1] * 4)
+    widths = []
+    for level in (noisy, steady):
+        m = level_metrics(level)
+        ci = level_intervals(level, m)
+        value = m["output_throughput"]
+        assert ci["output_throughput_ci_low"] < value < ci["output_throughput_ci_high"]
+        assert ci["request_throughput_ci_low"] < m["request_throughput"]
+        widths.append((ci["output_throughput_ci_high"] - ci["output_throughput_ci_low"]) / value)
+    assert widths[0] > 5 * widths[1]
+    # identical requests: the throughput is known exactly from this boot
+    exact = _timed_level([0.1] * 8)
+    m = level_metrics(exact)
+    ci = level_intervals(exact, m)
+    assert ci["output_throughput_ci_low"] == pytest.approx(m["output_throughput"])
+    assert level_intervals(_timed_level([0.1]), level_metrics(_timed_level([0.1]))) == {}

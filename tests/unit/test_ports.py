@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from spec_sweep.ports import (
+from spec_sweep.errors import TrialError
+from spec_sweep.node.ports import (
     GRPC_PORT_OFFSET,
     PortUnavailableError,
     choose_server_port,
@@ -54,3 +55,8 @@ def test_a_port_whose_derived_port_is_taken_is_skipped() -> None:
 def test_out_of_range_ports_are_never_free() -> None:
     assert not port_is_free(0)
     assert not port_is_free(65536 + 1)
+
+
+def test_no_free_port_is_the_machinerys_failure_not_the_configurations() -> None:
+    # A `TrialError`: the attempt ends KILLED and is retried, never recorded against the config.
+    assert issubclass(PortUnavailableError, TrialError)

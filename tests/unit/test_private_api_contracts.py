@@ -1,10 +1,10 @@
 """Contract tests for the private APIs of our dependencies, pinned to the versions checked.
 
 Three modules are allowed private uses, one per dependency: `spec_sweep.search.tpe` (Optuna),
-`spec_sweep.search.cluster` (Ray) and `spec_sweep.tracking` (MLflow's system-metrics monitor and
-its UI's shared-view tag, pinned by tests/unit/test_tracking.py). Each test here checks one use
-against the installed library; an upgrade that changes any of them fails here, naming what to
-re-check, before it can fail a sweep.
+`spec_sweep.orchestrate.cluster` (Ray) and `spec_sweep.store.mlflow_private` (MLflow's
+system-metrics monitor and its UI's shared-view tag, pinned by tests/unit/test_ui_view.py).
+Each test here checks one use against the installed library; an upgrade that changes any of
+them fails here, naming what to re-check, before it can fail a sweep.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import optuna
 import pytest
 import ray
 
-from spec_sweep.search import cluster, tpe
+from spec_sweep.orchestrate import cluster
+from spec_sweep.search import tpe
 
 ROOT = Path(__file__).resolve().parents[2] / "spec_sweep"
 
@@ -59,7 +60,7 @@ def test_study_get_trials_takes_the_arguments_tpe_passes() -> None:
 
 def test_ray_version_is_the_one_checked() -> None:
     assert ray.__version__ == cluster.RAY_VERSION, (
-        f"Ray {ray.__version__} installed, spec_sweep/search/cluster.py was checked against "
+        f"Ray {ray.__version__} installed, spec_sweep/orchestrate/cluster.py was checked against "
         f"{cluster.RAY_VERSION}: re-check its private uses, then update RAY_VERSION"
     )
 
@@ -112,7 +113,11 @@ _PRIVATE = {
 
 @pytest.mark.parametrize(
     ("package", "allowed"),
-    [("optuna", "search/tpe.py"), ("ray", "search/cluster.py"), ("mlflow", "tracking.py")],
+    [
+        ("optuna", "search/tpe.py"),
+        ("ray", "orchestrate/cluster.py"),
+        ("mlflow", "store/mlflow_private.py"),
+    ],
 )
 def test_private_uses_live_in_one_module(package: str, allowed: str) -> None:
     users = {

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.errors import SpecError
-from spec_sweep.failures import FailureMode
-from spec_sweep.replay import load_replay, replay_result
+from spec_sweep.node.backends import ReplayBackend
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
+from spec_sweep.store.replay import ReplayTable, load_replay
 
 SPEC = """\
 name: r
@@ -38,6 +39,20 @@ def spec(tmp_path: Path) -> SweepSpec:
     path = tmp_path / "r.yaml"
     path.write_text(SPEC)
     return load_spec(path)
+
+
+def replay_result(
+    spec: SweepSpec,
+    config: dict[str, object],
+    replay: ReplayTable,
+    *,
+    trial_dir: Path,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> TrialResult:
+    """One trial answered by the replay backend (searcher seed `seed`)."""
+    seeded = spec.model_copy(update={"searcher": spec.searcher.model_copy(update={"seed": seed})})
+    return ReplayBackend(seeded, replay, noise=noise).run(config, trial_dir=trial_dir)
 
 
 def table(tmp_path: Path, text: str = TABLE) -> Path:
@@ -72,8 +87,8 @@ def test_missing_configuration_is_invalid_args_naming_it(tmp_path: Path, spec: S
         "disable-custom-all-reduce": True,
     }
     fields = replay_result(spec, config, replay, trial_dir=tmp_path / "trial")
-    assert fields["failure_mode"] is FailureMode.INVALID_ARGS
-    assert '"speculative-num-steps": 1' in fields["reason"]
+    assert fields.failure_mode is FailureMode.INVALID_ARGS
+    assert '"speculative-num-steps": 1' in fields.reason
     assert (tmp_path / "trial" / "command.txt").read_text().startswith("python -m sglang")
 
 
@@ -87,10 +102,10 @@ def test_noise_is_seeded_and_spares_accept_length(tmp_path: Path, spec: SweepSpe
     a = replay_result(spec, config, replay, trial_dir=tmp_path / "a", noise=0.05, seed=1)
     b = replay_result(spec, config, replay, trial_dir=tmp_path / "b", noise=0.05, seed=1)
     c = replay_result(spec, config, replay, trial_dir=tmp_path / "c", noise=0.05, seed=2)
-    assert a["metrics"] == b["metrics"]
-    assert a["metrics"]["output_throughput"] != 50.0
-    assert a["metrics"]["output_throughput"] != c["metrics"]["output_throughput"]
-    assert a["metrics"]["accept_length"] == 2.1
+    assert a.metrics == b.metrics
+    assert a.metrics["output_throughput"] != 50.0
+    assert a.metrics["output_throughput"] != c.metrics["output_throughput"]
+    assert a.metrics["accept_length"] == 2.1
 
 
 @pytest.mark.parametrize(
@@ -174,5 +189,5 @@ def test_blank_cells_replay_exactly_like_explicit_nulls(tmp_path: Path) -> None:
         assert row.metrics == {"output_throughput": 80.0}
     ra = replay_result(spec, base, a, trial_dir=tmp_path / "x1", noise=0.02, seed=3)
     rb = replay_result(spec, base, b, trial_dir=tmp_path / "x2", noise=0.02, seed=3)
-    assert ra["failure_mode"] is rb["failure_mode"] is FailureMode.NONE
-    assert ra["metrics"] == rb["metrics"]
+    assert ra.failure_mode is rb.failure_mode is FailureMode.NONE
+    assert ra.metrics == rb.metrics

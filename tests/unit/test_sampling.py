@@ -18,8 +18,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.samplers import TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
+from spec_sweep.core.config import baseline_config, config_key, normalize_config
 from spec_sweep.search import sampling
-from spec_sweep.space import baseline_config, config_key, normalize_config
 from spec_sweep.spec import SweepSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

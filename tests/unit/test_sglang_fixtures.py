@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from spec_sweep.failures import FailureMode, classify, find_fatal
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.classify import classify, find_fatal
 from spec_sweep.sim import texts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "0.5.13"

@@ -13,12 +13,12 @@ from typing import Any
 import optuna
 import pytest
 
-from spec_sweep.failures import FailureMode
-from spec_sweep.replay import load_replay
+from spec_sweep.core.config import baseline_config, config_key
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.core.record import TrialRecord
 from spec_sweep.search.searcher import SweepSearcher
 from spec_sweep.search.tree_rules import check_tree
-from spec_sweep.space import baseline_config, config_key
-from spec_sweep.tracking import TrialRecord
+from spec_sweep.store.replay import load_replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import landscapes

@@ -1,0 +1,360 @@
+"""One run of a sweep, in phases over one history: resume, search, confirm, finish.
+
+This module owns `SweepRun`, what `driver.sweep` does once the state folder, the cluster and the
+store are ready. The MLflow record is the truth (docs/design.md, "Resume"); the run reads it
+into a `core.history.History` when it starts and once after every batch of trials, and every
+decision is a question to that history:
+
+- resume: the sweep's parent run is created or re-attached; attempts a killed driver left
+  RUNNING are closed KILLED and run again first under their ids; a fresh `SweepSearcher` is
+  told every finished search trial once;
+- search: batches of the searcher's proposals through Ray Tune (`tune.fit`), until the budget
+  is spent or the space exhausted, with the baseline booted again every
+  `budget.remeasure_every` trials;
+- confirm: the boots `core.confirm.plan` asks for, batch after batch, until it asks for none;
+- finish: servers left behind are stopped and unfinished runs closed, speed-ups (and the
+  ranking metric) missing from trials that ran before the baseline was measured are filled in,
+  the verdict is judged, the report published and the parent run closed with the final
+  metrics (FINISHED when the sweep is complete, KILLED when it can resume).
+
+The first Ctrl-C tears the running trials down and stops; `budget.max_hours` is one deadline
+for the whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spec_sweep.core.config import baseline_config
+from spec_sweep.core.confirm import Repeat, plan, remeasure_due
+from spec_sweep.core.history import History, Rerun
+from spec_sweep.core.ids import BASELINE_ID, repeated_of
+from spec_sweep.core.names import (
+    SPEEDUP_METRIC,
+    TAG_DRIFT,
+    TAG_RECOMMENDED,
+    TAG_VERDICT,
+    TAG_VERDICT_REASON,
+    TAG_WINNER,
+)
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.core.secrets import secret_values
+from spec_sweep.core.verdict import Verdict, confirm_metrics, verdict, workload_warning
+from spec_sweep.node.backends import TrialBackend
+from spec_sweep.node.server import kill_recorded_servers
+from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
+from spec_sweep.orchestrate.trainable import TrialContext
+from spec_sweep.orchestrate.tune import Batch, ConfirmQueue, EnvironmentStop, Interrupt, fit
+from spec_sweep.present.live import SweepProgress
+from spec_sweep.search.searcher import SweepSearcher
+from spec_sweep.spec import SweepSpec
+from spec_sweep.store.state import SweepState
+from spec_sweep.store.tracker import Tracker
+
+__all__ = ["RunOptions", "SweepRun"]
+
+log = logging.getLogger("spec_sweep")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a sweep runs its trials and what it shows (the arguments of `driver.sweep`)."""
+
+    backend: TrialBackend
+    progress: SweepProgress | None
+    failure_aware: bool
+    report: bool
+
+
+class SweepRun:
+    """One run of one sweep (see the module doc); `run()` once."""
+
+    def __init__(
+        self, spec: SweepSpec, state: SweepState, options: RunOptions, *, uri: str, n_nodes: int
+    ) -> None:
+        """Prepare a run against the store at `uri` on a cluster of `n_nodes` trial nodes."""
+        self.spec = spec
+        self.state = state
+        self.options = options
+        self.tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
+        self.n_nodes = n_nodes
+        self.parent_run_id = ""
+        self.history = History(spec, [])
+        self.outcome: SweepOutcome | None = None
+        self._started_with = 0
+        self._requeue: list[Rerun] = []
+        self._deadline: float | None = None
+        self._batch: Batch | None = None
+
+    # -- the record ----------------------------------------------------------------------------
+    def refresh(self) -> History:
+        """Read the sweep's record again (once per batch)."""
+        self.history = History(self.spec, self.tracker.trials(self.parent_run_id))
+        return self.history
+
+    def _progress_note(self, text: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress.note(text)
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> SweepOutcome:
+        """Resume, search, confirm and finish; returns how the run ended."""
+        outcome = self.resume()
+        interrupt = Interrupt()
+        previous = _install_sigint(interrupt, self.state)
+        hours = self.spec.budget.max_hours
+        self._deadline = time.monotonic() + hours * 3600 if hours else None
+        self._batch = Batch(
+            spec=self.spec,
+            ctx=TrialContext(
+                backend=self.options.backend,
+                tracker=self.tracker,
+                parent_run_id=self.parent_run_id,
+                trials_dir=self.state.trials_dir,
+                stop_file=self.state.stop_file,
+            ),
+            tune_dir=self.state.path / "tune",
+            n_nodes=self.n_nodes,
+            interrupt=interrupt,
+            environment=EnvironmentStop(interrupt),
+            progress=self.options.progress,
+        )
+        try:
+            self.search(outcome)
+            self.confirm(outcome)
+        except BaseException:
+            # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
+            with contextlib.suppress(Exception):
+                self.tracker.finish_sweep(self.parent_run_id, status="KILLED")
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            self.teardown()
+        return self.finish(outcome)
+
+    def resume(self) -> SweepOutcome:
+        """Open (or re-attach) the parent run, close what a killed driver left RUNNING, and
+        plan the trials that run again first."""
+        spec, tracker = self.spec, self.tracker
+        self.parent_run_id, reattached = tracker.start_sweep(
+            spec, state_id=self.state.state_id, simulate=self.options.backend.simulated
+        )
+        self.state.save_run(self.parent_run_id, tracker.uri)
+        history = self.refresh()
+        for record in history.running:
+            tracker.kill_run(record.run_id)
+        if BASELINE_ID not in history.finished:
+            base = (BASELINE_ID, baseline_config(spec), history.next_attempt(BASELINE_ID))
+            self._requeue = [base]
+        self._requeue += history.unfinished()
+        self._started_with = len(history.done)
+        if self.options.progress is not None:
+            self.options.progress.begin(spec, finished=history.done, reattached=reattached)
+        self.outcome = SweepOutcome(
+            state=self.state, parent_run_id=self.parent_run_id, history=history
+        )
+        return self.outcome
+
+    def _fit(self, outcome: SweepOutcome, source: Any, samples: int) -> History:
+        """Run one batch, note how it ended, and read the record again."""
+        assert self._batch is not None
+        fit(self._batch, source, samples, deadline=self._deadline)
+        environment = self._batch.environment.reason
+        outcome.environment = environment
+        outcome.interrupted = self._batch.interrupt.event.is_set() and environment is None
+        return self.refresh()
+
+    def search(self, outcome: SweepOutcome) -> None:
+        """Batches of the searcher's proposals until the budget is spent (see the module doc)."""
+        spec, budget = self.spec, self.spec.budget
+        remaining = budget.trials - self._started_with
+        if remaining <= 0:
+            return
+        start = self.history
+        searcher = SweepSearcher(
+            spec,
+            history=[r for r in start.finished.values() if r.search],
+            requeue=self._requeue[:remaining],
+            next_index=start.next_index,
+            failure_aware=self.options.failure_aware,
+        )
+        every = budget.remeasure_every
+        while True:
+            now = self.history
+            left = budget.trials - len(now.done)
+            due = remeasure_due(now)
+            if due is not None:  # the baseline again, every `remeasure_every` trials
+                self._progress_note("re-measuring the baseline (drift check)")
+                batch: SweepSearcher | ConfirmQueue = ConfirmQueue([due])
+                samples = 1
+            elif left > 0 and not searcher.exhausted:
+                searched_now = budget.trials - left
+                batch = searcher
+                samples = left if every is None else min(left, every - searched_now % every)
+            else:
+                break
+            if _past(self._deadline):
+                break
+            after = self._fit(outcome, batch, samples)
+            if outcome.interrupted or outcome.environment or len(after) == len(now):
+                break  # stopped, or a batch that recorded nothing (Tune gave up)
+        outcome.exhausted = searcher.exhausted
+        outcome.study = searcher.study
+
+    def confirm(self, outcome: SweepOutcome) -> None:
+        """The top configurations booted again (more rounds while tied within noise), then the
+        baseline (drift); each batch is planned from the record."""
+        budget = self.spec.budget
+        searched = (
+            len(self.history.done) >= budget.trials
+            or outcome.exhausted
+            or budget.trials - self._started_with <= 0
+        )
+        while searched and not outcome.interrupted and not outcome.environment:
+            now = self.history
+            boots = plan(now)
+            if not boots or _past(self._deadline):
+                break
+            self._progress_note(_confirm_note(self.spec, boots))
+            after = self._fit(outcome, ConfirmQueue(boots), len(boots))
+            if len(after) == len(now):
+                break  # a batch that recorded nothing (Tune gave up): do not plan it again
+
+    def teardown(self) -> None:
+        """Stop servers left behind and close runs still open (read the record once more)."""
+        kill_recorded_servers(self.state.trials_dir)
+        running = self.refresh().running
+        for record in running:
+            self.tracker.kill_run(record.run_id)
+        if running:
+            self.refresh()
+
+    def finish(self, outcome: SweepOutcome) -> SweepOutcome:
+        """Fill in what trials missed, judge, report and close the parent run."""
+        spec, tracker = self.spec, self.tracker
+        history = self.history.with_metrics(_backfill(tracker, self.history))
+        outcome.history = history
+        done = history.done
+        outcome.new_trials = len(done) - self._started_with
+        complete = (
+            len(done) >= spec.budget.trials or outcome.exhausted
+        ) and not outcome.interrupted
+        outcome.out_of_time = (
+            _past(self._deadline)
+            and not outcome.interrupted
+            and (not complete or bool(plan(history)))
+        )
+        complete = complete and not outcome.out_of_time
+        outcome.verdict = verdict(history)
+        outcome.warnings = [w for w in [workload_warning(history)] if w]
+        if outcome.verdict is not None:
+            outcome.warnings += outcome.verdict.warnings
+        if self.options.report and done:
+            self._publish_report(outcome)
+        if complete:
+            final = history.best_metrics()
+            if outcome.verdict is not None:
+                final |= confirm_metrics(outcome.verdict)
+                tracker.set_tags(self.parent_run_id, _verdict_tags(outcome.verdict))
+            tracker.finish_sweep(self.parent_run_id, metrics=final)
+            self.state.mark_complete()
+        else:
+            tracker.finish_sweep(self.parent_run_id, status="KILLED")
+        return outcome
+
+    def _publish_report(self, outcome: SweepOutcome) -> None:
+        """Build the report and log it to the parent run; a failure here never fails the sweep."""
+        from spec_sweep.present.report import publish_report
+
+        try:
+            result = publish_report(
+                self.spec,
+                self.tracker,
+                self.parent_run_id,
+                out_dir=self.state.path / "report",
+                history=outcome.history,
+                judged=outcome.verdict,
+            )
+        except Exception as exc:
+            log.warning("report failed", exc_info=True)
+            outcome.report_error = f"{type(exc).__name__}: {exc}"
+            return
+        outcome.report = result.html
+
+
+def _past(deadline: float | None) -> bool:
+    """Whether the run's `budget.max_hours` is used up."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _confirm_note(spec: SweepSpec, boots: Sequence[Repeat]) -> str:
+    origins = list(dict.fromkeys(repeated_of(b.trial_id) for b in boots))
+    if origins == [BASELINE_ID] and len(boots) == 1:
+        return "re-measuring the baseline (drift check)"
+    return (
+        f"confirming: {len(boots)} more boot(s) of {', '.join(origins)}, interleaved "
+        f"(up to {spec.budget.max_repeats} each while tied within noise)"
+    )
+
+
+def _verdict_tags(v: Verdict) -> dict[str, str]:
+    tags = {TAG_VERDICT: v.label, TAG_VERDICT_REASON: v.reason}
+    if v.winner is not None:
+        tags[TAG_WINNER] = v.winner.trial_id
+    if v.recommended is not None:
+        tags[TAG_RECOMMENDED] = v.recommended.trial_id
+    if v.drift is not None and v.drift.beyond_noise:
+        tags[TAG_DRIFT] = "the node changed under the sweep"
+    return tags
+
+
+def _backfill(tracker: Tracker, history: History) -> dict[str, dict[str, float]]:
+    """Log what finished trials miss: the speed-up of trials measured before the baseline was,
+    and the ranking metric of trials recorded before it existed. Returns what was logged."""
+    base_value = history.baseline_value
+    base = history.baseline
+    added: dict[str, dict[str, float]] = {}
+    for record in history.finished.values():
+        if record.failure_mode is not FailureMode.NONE:
+            continue
+        missing: dict[str, float] = {}
+        measured_base = base is not None and base.failure_mode is FailureMode.NONE
+        if measured_base and SPEEDUP_METRIC not in record.metrics:
+            missing |= history.objective.speedup_metrics(record.metrics, base_value)
+        missing |= {
+            k: v for k, v in history.rank_metrics(record).items() if k not in record.metrics
+        }
+        if missing:
+            tracker.log_metrics(record.run_id, missing)
+            added[record.run_id] = missing
+    return added
+
+
+def _install_sigint(interrupt: Interrupt, state: SweepState) -> Any:
+    """First Ctrl-C: stop after tearing down the running trials; second: stop at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if interrupt.event.is_set():
+            raise KeyboardInterrupt
+        interrupt.event.set()
+        print(
+            "\nstopping: tearing down the running trial (Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+        state.stop_file.touch()  # trials ending now are interrupted, not finished
+        threading.Thread(
+            target=kill_recorded_servers, args=(state.trials_dir,), daemon=True
+        ).start()
+
+    return signal.signal(signal.SIGINT, handler)

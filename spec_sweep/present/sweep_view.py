@@ -1,0 +1,146 @@
+"""One view of a sweep's results, built once from its history and verdict.
+
+This module owns `SweepView`: what a person is shown about a sweep, computed in one place from
+`core.history.History` and the confirmation `Verdict`: the measured search trials in the one
+ranking order (each with its objective value and the constraints it breaks), the best trial,
+the configuration to launch (the verdict's recommendation, else the best), failures by mode,
+the per-load answer and the cost. The terminal summary (`terminal`) and the HTML report
+(`report`) render this view, and the MLflow trials view sorts on the metric
+`History.rank_metrics` logs, so all three agree on rank 1 by construction. It draws nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from spec_sweep.core.config import Config
+from spec_sweep.core.history import History
+from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
+from spec_sweep.core.record import TrialRecord
+from spec_sweep.core.secrets import redact, secret_values
+from spec_sweep.core.verdict import Verdict
+from spec_sweep.node.command import build_command
+from spec_sweep.spec import SweepSpec
+
+__all__ = ["Pick", "Ranked", "SweepView", "launch_command"]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One measured search trial at its place in the ranking.
+
+    Attributes:
+        rank: 1 is the best.
+        record: The trial's finished record.
+        value: Its objective value.
+        broken: The constraints it breaks (empty: it meets them all).
+    """
+
+    rank: int
+    record: TrialRecord
+    value: float
+    broken: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The configuration to launch: the verdict's recommendation, else the best trial.
+
+    Attributes:
+        trial_id: The trial it was measured as.
+        config: The configuration.
+        recommended: It is the confirmation's recommendation (not a single measurement).
+    """
+
+    trial_id: str
+    config: Config
+    recommended: bool
+
+
+def launch_command(spec: SweepSpec, config: Config) -> str:
+    """The ready-to-paste launch command of a configuration, secrets redacted."""
+    return redact(build_command(spec, config).shell(), secret_values(spec))
+
+
+@dataclass(frozen=True)
+class SweepView:
+    """What a person is shown about a sweep (see the module doc)."""
+
+    history: History
+    verdict: Verdict | None
+    ranked: tuple[Ranked, ...]
+    best: TrialRecord | None
+    pick: Pick | None
+    failures: dict[str, int]
+    loads: LoadAnswer | None
+    cost: SweepCost
+
+    @classmethod
+    def of(cls, history: History, verdict: Verdict | None = None) -> SweepView:
+        """The view of a sweep's history (and its confirmation verdict, if any)."""
+        objective = history.objective
+        ranked = tuple(
+            Ranked(
+                rank=i,
+                record=r,
+                value=history.value(r) or 0.0,
+                broken=tuple(objective.broken(r.metrics)),
+            )
+            for i, r in enumerate(history.ranked, start=1)
+        )
+        best = history.best
+        pick: Pick | None = None
+        if verdict is not None and verdict.recommended is not None:
+            c = verdict.recommended
+            pick = Pick(trial_id=c.trial_id, config=c.config, recommended=True)
+        elif best is not None:
+            pick = Pick(trial_id=best.trial_id, config=best.config, recommended=False)
+        counts = Counter(r.failure_mode.value for r in history.done if r.failure_mode)
+        return cls(
+            history=history,
+            verdict=verdict,
+            ranked=ranked,
+            best=best,
+            pick=pick,
+            failures={k: v for k, v in counts.items() if k != "none"},
+            loads=per_load_answer(history),
+            cost=sweep_cost(history),
+        )
+
+    @property
+    def spec(self) -> SweepSpec:
+        """The sweep."""
+        return self.history.spec
+
+    @property
+    def finished(self) -> int:
+        """Search trials that reached a classified outcome."""
+        return len(self.history.done)
+
+    def top(self, count: int) -> tuple[Ranked, ...]:
+        """The first `count` of the ranking."""
+        return self.ranked[:count]
+
+    def command(self, config: Config) -> str:
+        """The launch command of a configuration of this sweep, secrets redacted."""
+        return launch_command(self.spec, config)
+
+    def load_and_cost_lines(self) -> list[str]:
+        """The summary's lines: the winner per level, the crossover, the cost against a grid."""
+        lines: list[str] = []
+        answer = self.loads
+        if answer is not None and answer.winners:
+            lines.append(f"winner per concurrency level ({answer.metric}):")
+            for w in answer.winners:
+                kind = "speculative" if w.speculative else "plain"
+                lines.append(f"  c{w.concurrency}: {w.trial_id} {w.value:.4g} ({kind})")
+            lines.append(answer.sentence())
+        cost = self.cost
+        lines.append(cost.sentence())
+        if cost.best_usd_per_million_tokens is not None:
+            lines.append(
+                f"best configuration: ${cost.best_usd_per_million_tokens:.4g} per million "
+                "output tokens"
+            )
+        return lines
