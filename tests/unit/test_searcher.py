@@ -1,0 +1,72 @@
+"""The searcher learns from a trial one way (search.searcher), whether the trial is read from
+the record (a resumed sweep) or reported by Ray Tune as it ends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import graph_spec
+from harness import record as rec
+
+from spec_sweep.core.outcome import FailureMode, TrialReport
+from spec_sweep.search.searcher import SweepSearcher
+from spec_sweep.spec import SweepSpec
+
+CONFIG = {"cuda-graph-max-bs": 128}
+
+
+def _spec(tmp_path: Path) -> SweepSpec:
+    spec: SweepSpec = graph_spec(
+        tmp_path,
+        objective={"metric": "output_throughput", "constraints": {"ttft_p99_ms": {"max": 2000}}},
+        searcher={"kind": "random", "seed": 0},
+    )
+    return spec
+
+
+def _told(trial: Any) -> tuple[Any, Any, Any]:
+    return trial.state, trial.value if trial.values else None, trial.system_attrs.get("constraints")
+
+
+@pytest.mark.parametrize(
+    ("mode", "metrics"),
+    [
+        (FailureMode.NONE, {"output_throughput": 88.0, "ttft_p99_ms": 1200.0}),
+        (FailureMode.NONE, {"output_throughput": 95.0, "ttft_p99_ms": 2500.0}),  # breaks it
+        (FailureMode.NONE, {"ttft_p99_ms": 1200.0}),  # ran, but the objective is missing
+        (FailureMode.OOM, {}),
+        (FailureMode.WRONG_OUTPUT, {"output_throughput": 99.0, "ttft_p99_ms": 900.0}),
+    ],
+)
+def test_the_record_and_the_live_report_teach_the_same(
+    tmp_path: Path, mode: FailureMode, metrics: dict[str, float]
+) -> None:
+    spec = _spec(tmp_path)
+    record = rec("t0001", CONFIG, None, mode=mode, **metrics)
+    resumed = SweepSearcher(spec, history=[record], requeue=[], next_index=2)
+    live = SweepSearcher(spec, history=[], requeue=[("t0001", CONFIG, 1)], next_index=2)
+    proposal = live.suggest("slot")
+    assert proposal is not None
+    assert proposal.config == CONFIG
+    report = TrialReport(trial_id="t0001", failure_mode=mode, metrics=metrics)
+    live.complete("slot", report)
+    assert _told(resumed.study.trials[-1]) == _told(live.study.trials[-1])
+    # Tune's own dict says the same as the report it was made from.
+    again = SweepSearcher(spec, history=[], requeue=[("t0001", CONFIG, 1)], next_index=2)
+    again.suggest("slot")
+    again.complete("slot", report.to_tune())
+    assert _told(again.study.trials[-1]) == _told(live.study.trials[-1])
+
+
+def test_a_trial_whose_machinery_failed_teaches_nothing(tmp_path: Path) -> None:
+    searcher = SweepSearcher(
+        _spec(tmp_path), history=[], requeue=[("t0001", CONFIG, 1)], next_index=2
+    )
+    searcher.suggest("slot")
+    searcher.complete("slot", TrialReport(trial_id="t0001", interrupted=True), error=False)
+    state, value, constraints = _told(searcher.study.trials[-1])
+    assert value is None
+    assert constraints is None or all(c <= 0 for c in constraints)
+    assert state.name == "FAIL"
