@@ -2,9 +2,10 @@
 
 This module owns the shape of a sweep spec (docs/design.md, "Spec format"): pydantic models with
 `extra="forbid"` and field descriptions, the field-level checks that need nothing but the value,
-the metric names of the MLflow layout and `parse_value` (how a YAML scalar on the command line
-or in a replay table is read). Reading a YAML file, resolving its fragments and checking every
-flag against SGLang's flag manifest is `spec_load`.
+the metric names a spec's trials report (`spec_metric_names`, from `spec_metrics`) and
+`parse_value` (how a YAML scalar on the command line or in a replay table is read). Reading a
+YAML file, resolving its fragments and checking every flag against SGLang's flag manifest is
+`spec_load`.
 """
 
 from __future__ import annotations
@@ -27,11 +28,9 @@ from pydantic import (
     model_validator,
 )
 
+from spec_sweep.spec_metrics import LEVEL_METRICS, metric_names
+
 __all__ = [
-    "BASE_METRICS",
-    "INTERVAL_METRICS",
-    "INTERVAL_NAMES",
-    "LEVEL_METRICS",
     "BudgetSpec",
     "GoodputSpec",
     "NodeSpec",
@@ -44,7 +43,6 @@ __all__ = [
     "SweepSpec",
     "TrackingSpec",
     "WorkloadSpec",
-    "metric_names",
     "parse_value",
     "same_scalar",
     "spec_metric_names",
@@ -52,26 +50,6 @@ __all__ = [
 
 Scalar: TypeAlias = StrictBool | StrictInt | StrictFloat | StrictStr | None
 ArgValue: TypeAlias = Scalar | list[Scalar] | dict[str, Any]
-
-#: Metrics measured once per concurrency level (suffixed `_c<N>` when several levels are run).
-LEVEL_METRICS: tuple[str, ...] = (
-    "output_throughput",
-    "request_throughput",
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "decode_speed_p50",
-    "accept_length",
-)
-#: Level metrics that also get a 95% within-boot interval, `<metric>_ci_low` / `_ci_high`.
-INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")
-#: The interval metrics' names, per level metric of `INTERVAL_METRICS`.
-INTERVAL_NAMES: tuple[str, ...] = tuple(
-    f"{m}{s}" for m in INTERVAL_METRICS for s in ("_ci_low", "_ci_high")
-)
-#: Metrics measured once per trial.
-BASE_METRICS: tuple[str, ...] = ("speedup_vs_baseline", "boot_s", "gpu_mem_peak_gib")
 
 #: Flags every trial sets itself; a spec may not set them.
 RESERVED_FLAGS: frozenset[str] = frozenset(
@@ -495,29 +473,6 @@ class SweepSpec(_Model):
 
 # ---------------------------------------------------------------------------------------------
 # Loading
-
-
-def metric_names(workload: WorkloadSpec, *, cost: bool = False, quality: bool = False) -> list[str]:
-    """Every metric name a trial of this workload can report (docs/design.md, "MLflow layout").
-
-    Args:
-        workload: The workload (levels, goodput).
-        cost: `node.cost_per_hour` is set: trials report `usd_per_million_tokens`.
-        quality: the quality gate is on: trials report `quality_agreement`.
-    """
-    names = list(BASE_METRICS)
-    level = [*LEVEL_METRICS, *INTERVAL_NAMES]
-    if workload.multi_level:
-        names += [f"{m}_c{c}" for c in workload.concurrency for m in level]
-    else:
-        names += level
-    if workload.goodput is not None:
-        names += ["goodput_concurrency", "goodput_throughput"]
-    if cost:
-        names.append("usd_per_million_tokens")
-    if quality:
-        names.append("quality_agreement")
-    return names
 
 
 def spec_metric_names(spec: SweepSpec) -> list[str]:

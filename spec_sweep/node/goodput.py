@@ -28,7 +28,7 @@ class GoodputLevel:
 
     Attributes:
         concurrency: Requests in flight.
-        metrics: The level's metrics (unsuffixed names of `spec.LEVEL_METRICS`).
+        metrics: The level's metrics (unsuffixed names of `spec_metrics.LEVEL_METRICS`).
         holds: Whether the SLA held.
         why: What broke the SLA (empty when it held).
     """

@@ -1,19 +1,18 @@
 """Trial metrics from the client's per-request records (docs/design.md, "MLflow layout").
 
 This module owns the arithmetic that turns a `BenchResult` into the level metrics of
-`spec.LEVEL_METRICS`: output and request throughput over each level's wall time, TTFT and ITL
-percentiles, per-request decode speed and speculative accept length, suffixed `_c<N>` when a
+`spec_metrics.LEVEL_METRICS`: output and request throughput over each level's wall time, TTFT and
+ITL percentiles, per-request decode speed and speculative accept length, suffixed `_c<N>` when a
 workload runs several concurrency levels. It follows SGLang's `bench_serving.py`: only successful
-requests count, percentiles interpolate linearly between closest ranks (numpy's default), and
-token counts are the server's. A metric that cannot be measured is left out, never NaN. Pure
-standard library, no I/O.
+requests count, percentiles interpolate linearly between closest ranks (numpy's default), and token
+counts are the server's. A metric that cannot be measured is left out, never NaN. Pure standard
+library, no I/O.
 
 Each level's throughputs also get a 95% interval from its per-request figures
 (`output_throughput_ci_low`, `output_throughput_ci_high`, the same for `request_throughput`): a
 seeded bootstrap over the level's successful requests of the ratio (tokens or requests) / (summed
 request latency), applied to the measured throughput. It says how well this boot's throughput is
-known; it cannot see boot-to-boot spread, which only repeated boots measure
-(`search.confirm`).
+known; it cannot see boot-to-boot spread, which only repeated boots measure (`search.confirm`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spec_sweep.core.names import CI_HIGH, CI_LOW
-from spec_sweep.spec import INTERVAL_METRICS
+from spec_sweep.spec_metrics import INTERVAL_METRICS
 
 if TYPE_CHECKING:
     from spec_sweep.node.client import BenchResult, LevelResult
@@ -66,7 +65,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def level_metrics(level: LevelResult) -> dict[str, float]:
-    """The metrics of one concurrency level, named as in `spec.LEVEL_METRICS` (unsuffixed).
+    """The metrics of one concurrency level, named as in `spec_metrics.LEVEL_METRICS` (unsuffixed).
 
     - `output_throughput`: output tokens of successful requests / level wall time (tok/s).
     - `request_throughput`: successful requests / level wall time (req/s).

@@ -24,8 +24,8 @@ from spec_sweep.orchestrate.phases import RunOptions, SweepRun
 from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
 from spec_sweep.present.live import SweepProgress
 from spec_sweep.spec import SweepSpec
+from spec_sweep.store.paths import resolve_tracking_uri
 from spec_sweep.store.state import SweepState, open_state
-from spec_sweep.store.tracker import resolve_tracking_uri
 
 __all__ = ["SweepOutcome", "sweep"]
 

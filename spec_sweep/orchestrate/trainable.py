@@ -284,20 +284,8 @@ def _record(
     metrics: Mapping[str, float],
     trial_dir: Path,
 ) -> None:
-    bench = trial_dir / "bench.json"
-    tracker.finish_trial(
-        run_id,
-        failure_mode=result.failure_mode,
-        reason=result.reason,
-        elapsed_s=result.elapsed_s,
-        prompt_source=result.prompt_source,
-        log_excerpt=result.log_excerpt,
-        metrics=metrics,
-        command=ServerCommand(result.command, result.env).shell(),
-        log_path=result.log_path,
-        bench_path=bench if bench.is_file() else None,
-        artifacts=[trial_dir / "goodput.json", trial_dir / "quality.json"],
-    )
+    command = ServerCommand(result.command, result.env).shell()
+    tracker.record_result(run_id, result, command=command, folder=trial_dir, metrics=metrics)
 
 
 def _report(

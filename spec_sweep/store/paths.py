@@ -20,6 +20,7 @@ __all__ = [
     "default_tracking_uri",
     "manual_trial_dir",
     "mlruns_dir",
+    "resolve_tracking_uri",
     "sweep_state_dir",
 ]
 
@@ -55,3 +56,11 @@ def manual_trial_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Pa
     path = sweep_state_dir(spec, state_dir) / "manual" / f"{stamp}-{secrets.token_hex(3)}"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def resolve_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
+    """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store."""
+    uri = override or spec.tracking.uri or default_tracking_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    return uri

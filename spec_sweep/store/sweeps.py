@@ -21,8 +21,8 @@ from spec_sweep.core.outcome import TrialResult
 from spec_sweep.core.secrets import secret_values
 from spec_sweep.errors import SpecSweepError
 from spec_sweep.spec import SweepSpec
-from spec_sweep.store.paths import sweep_state_dir
-from spec_sweep.store.tracker import Tracker, resolve_tracking_uri
+from spec_sweep.store.paths import resolve_tracking_uri, sweep_state_dir
+from spec_sweep.store.tracker import Tracker
 
 __all__ = ["SweepRef", "find_sweep", "locate_sweep", "log_manual_trial"]
 
@@ -147,16 +147,6 @@ def log_manual_trial(
         manual=True,
         system_metrics=False,
     )
-    bench = Path(result.log_path).parent / "bench.json" if result.log_path else None
-    tracker.finish_trial(
-        run_id,
-        failure_mode=result.failure_mode,
-        reason=result.reason,
-        elapsed_s=result.elapsed_s,
-        prompt_source=result.prompt_source,
-        metrics=result.metrics,
-        command=command,
-        log_path=result.log_path,
-        bench_path=bench if bench is not None and bench.is_file() else None,
-    )
+    folder = Path(result.log_path).parent if result.log_path else None
+    tracker.record_result(run_id, result, command=command, folder=folder)
     return run_id

@@ -10,11 +10,10 @@ per trial attempt, with the tags, params and metrics `core.record` shapes and th
 that resume relies on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store
 in clear.
 
-It also shapes what the MLflow UI shows: experiments are tagged as model-development experiments
-(so the UI opens them on the runs table, not on the GenAI overview), a trial's node is sampled by
-MLflow's own system-metrics monitor while it runs (CPU, memory, and GPU memory, utilisation and
-power through NVML), and each sweep publishes the shared view of its trials (`ui_view`) that
-`spec-sweep ui` links to; the MLflow internals these rely on are `mlflow_private`'s.
+It also shapes what the MLflow UI shows: experiments open on the runs table, a trial's node is
+sampled by MLflow's system-metrics monitor while it runs, and each sweep publishes the shared
+view of its trials (`ui_view`) that `spec-sweep ui` links to (the MLflow internals these rely on
+are `mlflow_private`'s).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from mlflow.tracking import MlflowClient
 
 from spec_sweep.core import names
 from spec_sweep.core.config import config_hash, config_key
-from spec_sweep.core.outcome import REUSABLE_MODES, FailureMode
+from spec_sweep.core.outcome import REUSABLE_MODES, FailureMode, TrialResult
 from spec_sweep.core.record import (
     TrialRecord,
     config_params,
@@ -50,10 +49,9 @@ from spec_sweep.store.mlflow_private import (
     start_monitor,
     stop_monitor,
 )
-from spec_sweep.store.paths import default_tracking_uri
 from spec_sweep.store.ui_view import trials_view, trials_view_path, view_key
 
-__all__ = ["SYSTEM_METRICS_INTERVAL_S", "Tracker", "resolve_tracking_uri"]
+__all__ = ["SYSTEM_METRICS_INTERVAL_S", "Tracker"]
 
 #: Seconds between samples of the node's system metrics during a trial (MLflow's
 #: `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` overrides it, as it does for MLflow itself).
@@ -64,14 +62,6 @@ SYSTEM_METRICS_INTERVAL_S = 5.0
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 for _name in ("mlflow", "alembic", "sqlalchemy"):
     logging.getLogger(_name).setLevel(logging.WARNING)
-
-
-def resolve_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
-    """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store."""
-    uri = override or spec.tracking.uri or default_tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    return uri
 
 
 def _metrics(values: Mapping[str, float]) -> list[Metric]:
@@ -370,6 +360,40 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
         return True
 
+    def record_result(
+        self,
+        run_id: str,
+        result: TrialResult,
+        *,
+        command: str,
+        folder: Path | None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> bool:
+        """Record a trial's outcome (`finish_trial`) with the files of its folder.
+
+        Args:
+            run_id: The attempt's run.
+            result: How the trial ended (with the server log it names).
+            command: The server command line it ran, as one shell line.
+            folder: The trial's folder (its `bench.json`, `goodput.json`, `quality.json`).
+            metrics: What to log as its metrics (default the result's own).
+        """
+        files = [folder / name for name in ("goodput.json", "quality.json")] if folder else []
+        bench = folder / "bench.json" if folder is not None else None
+        return self.finish_trial(
+            run_id,
+            failure_mode=result.failure_mode,
+            reason=result.reason,
+            elapsed_s=result.elapsed_s,
+            prompt_source=result.prompt_source,
+            log_excerpt=result.log_excerpt,
+            metrics=result.metrics if metrics is None else metrics,
+            command=command,
+            log_path=result.log_path,
+            bench_path=bench if bench is not None and bench.is_file() else None,
+            artifacts=files,
+        )
+
     def log_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
         """Add metrics to a (possibly finished) run."""
         self.client.log_batch(run_id, metrics=_metrics(metrics))
@@ -398,18 +422,14 @@ class Tracker:
 
     def attempts(self, parent_run_id: str, trial_id: str) -> list[TrialRecord]:
         """Every child run (attempt) of one trial of a sweep, oldest first."""
-        runs = self._search(
-            f"tags.`{names.TAG_PARENT}` = '{parent_run_id}' and "
-            f"tags.`{names.TAG_TRIAL_ID}` = '{trial_id}'"
-        )
-        return sorted((self._record(r) for r in runs), key=lambda r: r.start_time)
+        return self._oldest_first(parent_run_id, f"tags.`{names.TAG_TRIAL_ID}` = '{trial_id}'")
 
     def trials(self, parent_run_id: str) -> list[TrialRecord]:
         """Every child run of a sweep, oldest first."""
-        runs = self._search(
-            f"tags.`{names.TAG_PARENT}` = '{parent_run_id}' and "
-            f"tags.`{names.TAG_KIND}` = '{names.KIND_TRIAL}'"
-        )
+        return self._oldest_first(parent_run_id, f"tags.`{names.TAG_KIND}` = '{names.KIND_TRIAL}'")
+
+    def _oldest_first(self, parent_run_id: str, condition: str) -> list[TrialRecord]:
+        runs = self._search(f"tags.`{names.TAG_PARENT}` = '{parent_run_id}' and {condition}")
         return sorted((self._record(r) for r in runs), key=lambda r: r.start_time)
 
     def _search(self, filter_string: str) -> list[Any]:

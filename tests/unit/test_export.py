@@ -8,7 +8,8 @@ from report_records import PLAIN, make_record, pcie_sweep, report_spec
 
 from spec_sweep.core.config import normalize_config
 from spec_sweep.core.history import History
-from spec_sweep.spec import metric_names, parse_value
+from spec_sweep.spec import parse_value
+from spec_sweep.spec_metrics import metric_names
 from spec_sweep.store.replay import export_columns, export_rows
 
 

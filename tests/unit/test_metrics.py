@@ -8,7 +8,7 @@ import pytest
 
 from spec_sweep.node.client import BenchResult, LevelResult, RequestOutput
 from spec_sweep.node.metrics import bench_metrics, level_intervals, level_metrics, percentile
-from spec_sweep.spec import LEVEL_METRICS
+from spec_sweep.spec_metrics import LEVEL_METRICS
 
 
 def _ok(

@@ -9,8 +9,8 @@ import pytest
 
 from spec_sweep.cli import main
 from spec_sweep.errors import SpecError
-from spec_sweep.spec import metric_names
 from spec_sweep.spec_load import load_spec
+from spec_sweep.spec_metrics import metric_names
 
 GOOD = """\
 name: t1
