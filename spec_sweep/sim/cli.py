@@ -372,6 +372,7 @@ def parse_command_line(
         piecewise_off_flags=tuple(f for f in _PIECEWISE_OFF_FLAGS if flags.bool_(f))
         + (("pp-size",) if (flags.int_("pp-size") or 1) > 1 else ()),
         enforce_piecewise=flags.bool_("enforce-piecewise-cuda-graph"),
+        weight_cache_mode=str(flags.get("weight-cache-mode") or "off"),
     )
     server_args = {k: v for k, v in vars(ns).items() if not k.startswith("sim_")}
     corrupt = any(_flag_matches(server_args, item) for item in ns.sim_corrupt_output)

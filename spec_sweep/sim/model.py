@@ -106,6 +106,7 @@ class NodeConfig:
         piecewise_off_flags: The set flags that turn 0.5.13's piecewise CUDA graph off
             (``--disable-piecewise-cuda-graph``, ``--enable-torch-compile``, ...).
         enforce_piecewise: ``--enforce-piecewise-cuda-graph`` (skip those conditions).
+        weight_cache_mode: ``--weight-cache-mode`` (0.5.17+).
 
     The fields after ``decode_log_interval`` are left out of ``repr``: the noise of a boot is
     seeded by the ``repr`` of its configuration, and adding them must not move the draws of the
@@ -145,6 +146,7 @@ class NodeConfig:
     enable_pdmux: bool = field(default=False, repr=False)
     piecewise_off_flags: tuple[str, ...] = field(default=(), repr=False)
     enforce_piecewise: bool = field(default=False, repr=False)
+    weight_cache_mode: str = field(default="off", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -584,6 +586,17 @@ def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
     return None
 
 
+def _check_weight_cache(plan: NodePlan) -> Failure | None:
+    """The weight-cache daemon does not export a draft model: SGLang refuses the pair.
+
+    0.5.17 server_args.py:7326-7332 (``_handle_load_format``); 0.5.23
+    arg_groups/model_path_hook.py:281-287 (``handle_load_format``, after the speculative hook).
+    """
+    if plan.config.weight_cache_mode == "off" or plan.config.spec is None:
+        return None
+    return _main_failure(texts.WEIGHT_CACHE_SPEC_FRAMES, f"ValueError: {texts.WEIGHT_CACHE_SPEC}")
+
+
 def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
     """Resolve a configuration against a profile and decide its boot outcome.
 
@@ -596,7 +609,12 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
     """
     hw, model, mem = profile.hardware, profile.model, profile.memory
     plan = NodePlan(config=config, flavor=config.flavor)
-    failure = _check_ports(plan) or _check_arguments(plan, profile) or _resolve_spec(plan, profile)
+    failure = (
+        _check_ports(plan)
+        or _check_arguments(plan, profile)
+        or _resolve_spec(plan, profile)
+        or _check_weight_cache(plan)
+    )
     if failure is not None:
         plan.failure = failure
         return plan

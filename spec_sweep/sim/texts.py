@@ -995,3 +995,19 @@ def adaptive_not_candidate_frames(*, flavor: Flavor) -> list[Frame]:
     if flavor == "old":
         return [*ADAPTIVE_MAIN_OLD, *ADAPTIVE_NOT_CANDIDATE_OLD]
     return [*ADAPTIVE_MAIN_NEW, *ADAPTIVE_NOT_CANDIDATE_NEW]
+
+
+# sglang/srt/arg_groups/model_path_hook.py (0.5.23, handle_load_format:281-287), after the
+# speculative hook in the resolution pipeline (pipeline.py:306, 326).
+WEIGHT_CACHE_SPEC = (
+    "--weight-cache-mode is not supported together with speculative decoding "
+    "(--speculative-algorithm): the weight cache daemon does not export the draft model's "
+    "weights. Disable one of them (--weight-cache-mode off) for this configuration."
+)
+WEIGHT_CACHE_SPEC_FRAMES: tuple[Frame, ...] = (
+    *ADAPTIVE_MAIN_NEW[:5],
+    ("srt/arg_groups/pipeline.py", 326, "run_resolution_pipeline",
+     "run_hook(handle_load_format, server_args)"),
+    ("srt/arg_groups/resolution_hooks.py", 139, "run_hook", "step(server_args)"),
+    ("srt/arg_groups/model_path_hook.py", 282, "handle_load_format", "raise ValueError("),
+)  # fmt: skip

@@ -208,3 +208,20 @@ def test_adaptive_boot_builds_a_state_per_other_candidate(tmp_path: Path) -> Non
     state_time = sum(_seconds(messages, rf"Built adaptive runtime state steps=\d+: elapsed=({N})s"))
     assert state_time > 0
     assert sum(result.cuda_graph_s.values()) > state_time
+
+
+def test_no_new_boot_line_looks_fatal_to_the_log_watcher(tmp_path: Path) -> None:
+    from spec_sweep.failures import find_fatal
+
+    config = tmp_path / "adaptive.json"
+    config.write_text(
+        json.dumps({"1": {"candidate_steps": [1, 3]}, "8": {"candidate_steps": [0, 1]}})
+    )
+    lines: list[str] = []
+    for argv in (
+        [*H200, "--sim-sglang-version", "0.5.13", *EAGLE],
+        [*H200, "--speculative-algorithm", "EAGLE3", "--speculative-adaptive",
+         "--speculative-adaptive-config", str(config)],
+    ):  # fmt: skip
+        lines += _boot(argv, tmp_path)[1]
+    assert [m for m in lines if find_fatal(f"[2026-01-01 00:00:00 TP0] {m}") is not None] == []
