@@ -105,9 +105,10 @@ class PerfModel:
         self.spec = plan.spec
         self._ep = self.perf.ep_decode_factor if plan.config.ep_size > 1 else 1.0
         # Fields left out of the configuration's repr (so older configurations keep their
-        # draws) still make a different boot when they are set.
+        # draws) still make a different boot when they are set: the adaptive config's contents
+        # (not its path, which may be a temporary file's).
         adaptive = plan.config.adaptive
-        self._extra: tuple[object, ...] = (repr(adaptive),) if adaptive is not None else ()
+        self._extra: tuple[object, ...] = ("adaptive", adaptive.text) if adaptive else ()
         rng = random.Random(_seed_of(profile.name, plan.config, "boot", *self._extra))
         sigma = self.perf.noise_boot_sigma
         self.boot_factor = min(1 + 2.5 * sigma, max(1 - 2.5 * sigma, rng.gauss(1.0, sigma)))
