@@ -5,7 +5,9 @@ requests (up to ``max_running_requests`` and the KV-cache capacity; the rest que
 prefill step for newly admitted ones (their first token), then decode steps over the running batch
 whose duration comes from :class:`~spec_sweep.sim.perf.PerfModel` (per-token time grows with the
 batch; past the CUDA-graph max batch a step runs eagerly). A speculative cycle delivers an accept
-length sampled per request. Pacing is real: each step ends at an absolute deadline on the event
+length sampled per request; with adaptive speculative decoding the cycle's tree is the one SGLang's
+controller (:mod:`spec_sweep.sim.adaptive`) picks for the batch, with that many steps' time and
+acceptance. Pacing is real: each step ends at an absolute deadline on the event
 loop clock, so the client measures what the server really does. Outputs (cumulative ``text`` and
 ``output_ids``, ``meta_info`` as SGLang's tokenizer manager builds it) are pushed to a per-request
 queue as ready-made JSON, one item per step.
@@ -22,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec_sweep.sim.adaptive import AdaptiveController
 from spec_sweep.sim.logs import SimLog
 from spec_sweep.sim.model import NodePlan
 from spec_sweep.sim.perf import AcceptSampler, PerfModel
@@ -162,6 +165,7 @@ class GenRequest:
     ids_json: str = ""
     verify_ct: int = 0
     correct_drafts: int = 0
+    proposed_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
     sampler: AcceptSampler | None = None
     rng: random.Random | None = None
@@ -219,6 +223,12 @@ class Engine:
         self._interval_tic = time.perf_counter()
         self._counter = 0
         self._vocab = max(2, perf.profile.model.vocab_size)
+        self.adaptive: AdaptiveController | None = None
+        if plan.adaptive is not None:
+            graphs = plan.capture_bs if plan.graph_max_bs > 0 else None
+            self.adaptive = AdaptiveController(
+                policy=plan.adaptive.policy(graphs), steps=plan.adaptive.initial_steps
+            )
 
     def next_index(self) -> int:
         """A fresh request sequence number."""
@@ -234,7 +244,10 @@ class Engine:
             request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
         if self.perf.spec is not None:
             request.sampler = self.perf.sampler(request.index, natural=request.natural)
-            request.histogram = [0] * ((self.perf.spec.steps or 0) + 1)
+            deepest = self.perf.spec.steps or 0
+            if self.adaptive is not None:
+                deepest = max(self.adaptive.policy.candidate_steps)
+            request.histogram = [0] * (deepest + 1)
         self.waiting.append(request)
         self.wake.set()
 
@@ -270,7 +283,7 @@ class Engine:
             meta["e2e_latency"] = time.time() - req.created
             spec = self.perf.spec
             if spec is not None and req.verify_ct > 0:
-                proposed = req.verify_ct * ((spec.draft_tokens or 1) - 1)
+                proposed = req.proposed_drafts
                 if proposed > 0:
                     meta["spec_accept_rate"] = req.correct_drafts / proposed
                     meta["spec_accept_length"] = req.generated / req.verify_ct
@@ -383,12 +396,18 @@ class Engine:
                         self.running.append(req)
                 continue
             batch = len(self.running)
-            seconds = self.perf.noisy(self.perf.step_ms(batch)) / 1000.0
+            steps = None
+            if self.adaptive is not None:
+                # activate_step_by_batch before the forward (eagle_worker_v2.py 0.5.23:1445)
+                for line in self.adaptive.activate_for_batch(batch):
+                    self.log.line(line, rank=0)
+                steps = self.adaptive.steps
+            seconds = self.perf.noisy(self.perf.step_ms(batch, steps)) / 1000.0
             seconds *= self._pace(self.running)
             deadline = await self._sleep_until(loop, deadline + seconds)
             if self.hung:
                 continue
-            self._decode_step()
+            self._decode_step(steps)
             self.decode_steps += 1
             if self.decode_steps % max(1, self.plan.config.decode_log_interval) == 0:
                 self._log_decode(batch)
@@ -406,18 +425,28 @@ class Engine:
             return deadline
         return now
 
-    def _decode_step(self) -> None:
+    def _decode_step(self, steps: int | None = None) -> None:
         spec = self.perf.spec
         still: list[GenRequest] = []
+        accepted: list[int] = []
+        batch = len(self.running)
+        drafts = 0
+        if spec is not None:
+            drafts = steps if steps is not None else max(0, (spec.draft_tokens or 1) - 1)
         for req in self.running:
             left = req.max_new_tokens - req.generated
             if spec is None:
                 self._produce(req, 1)
             else:
                 assert req.sampler is not None
-                produced, correct = req.sampler.next(left)
+                tail = None
+                if steps is not None:
+                    tail = self.perf.accept_tail(steps, natural=req.natural)
+                produced, correct = req.sampler.next(left, tail)
+                accepted.append(req.sampler.last_accepted)
                 req.verify_ct += 1
                 req.correct_drafts += correct
+                req.proposed_drafts += drafts
                 if correct < len(req.histogram):
                     req.histogram[correct] += 1
                 self.spec_accept_tokens += produced
@@ -431,6 +460,10 @@ class Engine:
             else:
                 still.append(req)
         self.running = still
+        if self.adaptive is not None:
+            # on_verify_complete_cpu with len(batch.reqs) (batch_result_processor.py 0.5.23:804)
+            for line in self.adaptive.on_verify_complete(accepted, batch):
+                self.log.line(line, rank=0)
 
     # -- SGLang's scheduler log lines (managers/scheduler_components/metrics_reporter.py) ------
     def _usage(self) -> str:
@@ -458,9 +491,13 @@ class Engine:
         spec = self.perf.spec
         if spec is not None and self.interval_verify_ct > 0:
             drafts = self.interval_verify_ct * max(1, (spec.draft_tokens or 1) - 1)
+            if self.adaptive is not None:
+                # the current draft tokens - 1 (metrics_reporter.py 0.5.23:975-982)
+                drafts = self.interval_verify_ct * self.adaptive.steps
+            rate = self.interval_correct / drafts if drafts > 0 else 0.0
             msg += (
                 f"accept len: {self.interval_accept_tokens / self.interval_verify_ct:.2f}, "
-                f"accept rate: {self.interval_correct / drafts:.2f}, "
+                f"accept rate: {rate:.2f}, "
             )
             self.interval_accept_tokens = self.interval_verify_ct = self.interval_correct = 0
         msg += (

@@ -27,7 +27,13 @@ from typing import Any
 from aiohttp import web
 
 from spec_sweep.sim import texts
-from spec_sweep.sim.boot import BootResult, boot_node, emit_scheduler_failure, resolved_args
+from spec_sweep.sim.boot import (
+    BootResult,
+    boot_node,
+    emit_scheduler_failure,
+    has_startup_time,
+    resolved_args,
+)
 from spec_sweep.sim.cli import SimOptions, parse_command_line
 from spec_sweep.sim.engine import Engine, GenRequest
 from spec_sweep.sim.logs import SimLog
@@ -230,22 +236,17 @@ class SimServer:
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future "
                 "version. Please use '/server_info' instead."
             )
-        boot = self.boot
-        startup = {
-            "load_weight": boot.load_weight_s if boot else 0.0,
-            "kv_cache_allocation": boot.kv_cache_s if boot else 0.0,
-            "scheduler_e2e": boot.scheduler_e2e_s if boot else 0.0,
-            "cuda_graph": dict(boot.cuda_graph_s) if boot else {},
-        }
         payload: dict[str, Any] = {
             **self._server_args(),
             "status": "ready",
             "max_total_num_tokens": self.plan.max_total_num_tokens,
             "max_req_input_len": self.plan.context_len - 1,
-            "startup_time": startup,
-            "internal_states": [self.internal_state()],
-            "version": self.options.sglang_version,
         }
+        if has_startup_time(self.options.sglang_version):
+            # http_server.py 0.5.17:798, 0.5.23:886: the tokenizer manager's startup_time
+            payload["startup_time"] = (self.boot or BootResult()).startup_time()
+        payload["internal_states"] = [self.internal_state()]
+        payload["version"] = self.options.sglang_version
         if self.options.flavor == "new":
             payload["frontend"] = "python"
         return self._json(payload)
