@@ -119,7 +119,7 @@ def _token_auth_like_head() -> None:
 def _has_token() -> bool:
     """Whether a Ray auth token is at hand (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray)."""
     try:
-        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
 
         return bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
     except ray.exceptions.AuthenticationError:  # RAY_AUTH_TOKEN_PATH names no readable token
