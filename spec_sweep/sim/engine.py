@@ -16,8 +16,8 @@ queue as ready-made JSON, one item per step.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
+import math
 import random
 import time
 from collections import deque
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec_sweep.sim.adaptive import AdaptiveController
+from spec_sweep.sim.greedy import GreedyPath
 from spec_sweep.sim.logs import SimLog
 from spec_sweep.sim.model import NodePlan
 from spec_sweep.sim.perf import AcceptSampler, PerfModel
@@ -171,13 +172,12 @@ class GenRequest:
     rng: random.Random | None = None
     reserved_tokens: int = 0
     finished: bool = False
-    greedy_key: str | None = None
-    corrupt_after: int | None = None
-
-
-def _stable_seed(text: str) -> int:
-    """A seed that is the same in every process (unlike ``hash``)."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    greedy: GreedyPath | None = None
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    text_in_logprobs: bool = False
+    token_logprobs: list[list[Any]] = field(default_factory=list)
+    top_logprobs: list[list[list[Any]]] = field(default_factory=list)
 
 
 class Engine:
@@ -222,7 +222,7 @@ class Engine:
         self._interval_tokens = 0
         self._interval_tic = time.perf_counter()
         self._counter = 0
-        self._vocab = max(2, perf.profile.model.vocab_size)
+        self.vocab = max(2, perf.profile.model.vocab_size)
         self.adaptive: AdaptiveController | None = None
         if plan.adaptive is not None:
             graphs = plan.capture_bs if plan.graph_max_bs > 0 else None
@@ -237,11 +237,9 @@ class Engine:
 
     def submit(self, request: GenRequest) -> None:
         """Queue a request for admission."""
-        if request.greedy_key is not None:
-            # Greedy decoding (temperature 0) is a function of the prompt alone.
-            request.rng = random.Random(_stable_seed(request.greedy_key))
-        else:
-            request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
+        # Greedy decoding (temperature 0) follows `request.greedy` (a function of the prompt and
+        # the configuration's numerics); sampled decoding a generator of the request.
+        request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
         if self.perf.spec is not None:
             request.sampler = self.perf.sampler(request.index, natural=request.natural)
             deepest = self.perf.spec.steps or 0
@@ -279,6 +277,16 @@ class Engine:
             "completion_tokens": req.generated,
             "cached_tokens": 0,
         }
+        if req.return_logprob:
+            # As TokenizerManager.add_logprob_to_meta_info builds them (0.5.13 and 0.5.17:
+            # (logprob, token id, text or None) per token; input ones empty with the default
+            # logprob_start_len -1).
+            meta["input_token_logprobs"] = []
+            meta["output_token_logprobs"] = req.token_logprobs
+            meta["output_token_logprobs_length"] = len(req.token_logprobs)
+            if req.top_logprobs_num > 0:
+                meta["input_top_logprobs"] = []
+                meta["output_top_logprobs"] = req.top_logprobs
         if finished:
             meta["e2e_latency"] = time.time() - req.created
             spec = self.perf.spec
@@ -315,17 +323,30 @@ class Engine:
         )
         req.queue.put_nowait(StepOutput(body, finished))
 
+    @staticmethod
+    def _record_logprobs(req: GenRequest, top: list[tuple[float, int]]) -> None:
+        def entry(logprob: float, token: int) -> list[Any]:
+            text = _WORDS[token % len(_WORDS)] if req.text_in_logprobs else None
+            return [logprob, token, text]
+
+        req.token_logprobs.append(entry(*top[0]))
+        if req.top_logprobs_num > 0:
+            req.top_logprobs.append([entry(lp, t) for lp, t in top])
+
     def _produce(self, req: GenRequest, count: int) -> None:
         rng = req.rng
         assert rng is not None
         pieces: list[str] = []
         ids: list[str] = []
         for _ in range(count):
-            if req.corrupt_after is not None and req.generated + len(ids) == req.corrupt_after:
-                # The --sim-corrupt-output fault: from here on the outputs are wrong.
-                rng = req.rng = random.Random(_stable_seed(f"corrupt:{req.greedy_key}"))
-            token = rng.randrange(self._vocab)
+            if req.greedy is not None:
+                token, top = req.greedy.step(req.top_logprobs_num)
+            else:
+                token = rng.randrange(self.vocab)
+                top = [(math.log(0.5 + 0.5 * rng.random()), token)] if req.return_logprob else []
             word = _WORDS[token % len(_WORDS)]
+            if req.return_logprob:
+                self._record_logprobs(req, top)
             pieces.append(word if not req.text and not pieces else " " + word)
             ids.append(str(token))
         new_text = "".join(pieces)

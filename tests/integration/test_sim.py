@@ -599,3 +599,33 @@ def test_startup_time_by_phase_where_the_version_has_it(start_sim: object, versi
     # The boot lasts its phases times the time scale (plus the process's own start).
     assert wall >= scheduler_e2e * scale
     assert wall < scheduler_e2e * scale + 20
+
+
+def test_greedy_batch_with_top_logprobs_has_sglangs_meta_info(start_sim: object) -> None:
+    sim = start_sim()  # type: ignore[operator]
+    sim.wait_ready()
+    body = {
+        "text": ["The capital of France is", "Write a haiku about rain."],
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 6, "ignore_eos": True},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+    }
+    with httpx.Client(base_url=sim.url, timeout=10) as client:
+        first = client.post("/generate", json=body).json()
+        again = client.post("/generate", json=body).json()
+        plain = client.post("/generate", json={**body, "return_logprob": False}).json()
+    assert [o["output_ids"] for o in first] == [o["output_ids"] for o in again]
+    assert [o["output_ids"] for o in first] == [o["output_ids"] for o in plain]
+    for out in first:
+        meta = out["meta_info"]
+        # TokenizerManager.add_logprob_to_meta_info (0.5.13, 0.5.17): (logprob, id, text|None)
+        assert meta["input_token_logprobs"] == []
+        assert meta["output_token_logprobs_length"] == 6
+        assert [t[1] for t in meta["output_token_logprobs"]] == out["output_ids"]
+        assert len(meta["output_top_logprobs"]) == 6
+        for position, token in zip(meta["output_top_logprobs"], out["output_ids"], strict=True):
+            assert len(position) == 2
+            assert position[0][1] == token
+            assert position[0][0] >= position[1][0]
+            assert position[0][2] is None
+    assert "output_top_logprobs" not in plain[0]["meta_info"]
