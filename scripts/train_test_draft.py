@@ -983,6 +983,8 @@ def main(argv: list[str] | None = None) -> int:
     vocab = target.get_input_embeddings().weight.shape[0]
     draft_ids = choose_draft_vocab(train_seqs, size=min(args.draft_vocab, vocab), vocab=vocab)
 
+    # the draft's init and batch order depend on the seed only, not on whether data was cached
+    torch.manual_seed(args.seed)
     draft = EagleDraft(
         target_config,
         embed=target.get_input_embeddings().weight.float().cpu(),
@@ -991,7 +993,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     _init_draft(draft, target, draft_ids)
     draft.to(device)
-    training = train(draft, target, train_seqs, args=args, layer_ids=layer_ids, rng=rng)
+    training = train(
+        draft, target, train_seqs, args=args, layer_ids=layer_ids, rng=random.Random(args.seed)
+    )
     draft.eval()
     evaluation = evaluate(
         draft,

@@ -257,7 +257,7 @@ def test_summary_reports_chains_on_held_out_prompts(trained) -> None:
     assert len(cached["eval"]) == 3
 
 
-def test_data_cache_is_reused_and_shards_stay_under_the_limit(
+def test_cached_data_gives_the_same_draft_and_shards_stay_under_the_limit(
     script, tiny_target: Path, trained, tmp_path: Path
 ) -> None:
     _, first, data = trained
@@ -269,11 +269,17 @@ def test_data_cache_is_reused_and_shards_stay_under_the_limit(
     assert len(shards) > 1
     assert set(index["weight_map"].values()) == {s.name for s in shards}
     assert set(index["weight_map"]) == set(_expected_tensors(DRAFT_VOCAB))
+    merged = {}
     for shard in shards:
         tensors = safetensors_torch.load_file(str(shard))
         assert all(index["weight_map"][n] == shard.name for n in tensors)
         if len(tensors) > 1:
             assert shard.stat().st_size <= 0.02 * 2**20 + 4096
+        merged.update(tensors)
+    # seeded: the same seed and data give the same draft, generated or read from the cache
+    fresh = safetensors_torch.load_file(str(trained[0] / "model.safetensors"))
+    assert merged.keys() == fresh.keys()
+    assert all(torch.equal(merged[n], fresh[n]) for n in fresh)
 
 
 def _serving_logits(draft, aux, ids, *, t: int, k: int):
