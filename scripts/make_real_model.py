@@ -204,9 +204,10 @@ def hf_name(gguf_name: str) -> str:
     """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
-    blk, layer, kind, suffix = gguf_name.split(".", 3)
-    if blk != "blk" or kind not in _LAYER_NAMES:
+    parts = gguf_name.split(".", 3)
+    if len(parts) != 4 or parts[0] != "blk" or parts[2] not in _LAYER_NAMES:
         raise ValueError(f"unexpected tensor {gguf_name!r} in the GGUF")
+    _, layer, kind, suffix = parts
     return f"model.layers.{int(layer)}.{_LAYER_NAMES[kind]}.{suffix}"
 
 
