@@ -134,8 +134,8 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _ports(count: int) -> list[int]:
-    found, port = [], FIRST_PORT
+def _ports(count: int, first: int = FIRST_PORT) -> list[int]:
+    found, port = [], first
     while len(found) < count:
         if all(_port_free(p) for p in (port, port + 1, port + 2, port + 7, port + 10000)):
             found.append(port)
@@ -303,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--top", type=int, default=5, help="top_logprobs_num")
     parser.add_argument("--stagger-s", type=float, default=3.0)
+    parser.add_argument(
+        "--first-port", type=int, default=FIRST_PORT, help="ports from here (20 per server)"
+    )
     parser.add_argument("--boot-timeout-s", type=float, default=480.0)
     parser.add_argument("--record", nargs="*", default=[], help="record SSE fixtures from these")
     parser.add_argument("--keep", action="store_true", help="leave the servers running")
@@ -320,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     servers: list[Server] = []
     t0 = time.monotonic()
     try:
-        for name, port in zip(names, _ports(len(names)), strict=True):
+        for name, port in zip(names, _ports(len(names), args.first_port), strict=True):
             flags = _merge(common, table[name])
             argv_ = [
                 args.python,

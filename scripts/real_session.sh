@@ -12,29 +12,33 @@
 # (`carry: [".xfer/01"]`, then `.xfer/02`, ...), then calls that carry nothing:
 #   bash scripts/real_session.sh auto [--wait SECONDS]
 #
-# `auto` is idempotent and does whatever is possible with what has arrived: copy the carried
-# parts to /tmp/ss/parts, unpack the longest complete prefix of the stream, install each bundle
-# whose parts check out (/tmp/ss/site/<name>, smoke-imported), make the model from the GGUF parts
-# (.models/smollm2-135m, checksums checked), start the job runner once (detached with setsid, so
-# it outlives the call while the machine stays warm), wait up to --wait seconds (default 0) or
-# until every job is done, and pack what is there into $OUT. The runner takes JOBS in order, each
-# when its SGLang and the model are ready, one at a time (it owns the GPU):
-#   quality-V  scripts/real_quality.py: 10 servers at once, greedy outputs + top logprobs
-#   matrix-V   tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
-#              EAGLE-3 start (spec-sweep trial --json, one at a time: the GPU guard)
-#   sweep-V    tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
+# `auto` returns in seconds unless told to wait: it copies the carried parts to /tmp/ss/parts,
+# starts the runner once (detached with setsid, so it outlives the call while the machine stays
+# warm), waits up to --wait seconds (default 0) or until every job is done, prints the status and
+# packs what is there into $OUT. The runner, in a loop: unpacks the longest complete prefix of
+# the stream, installs each bundle whose parts check out (/tmp/ss/site/<name>, smoke-imported;
+# in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
+# checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
+# at a time (it owns the GPU):
+#   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
+#                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
+#   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
+#                EAGLE-3 start (spec-sweep trial --json, one at a time: the GPU guard)
+#   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
+#   quality-V    one version's quality job alone (not in the default JOBS)
 # Results: /tmp/ss/out/<V>/{quality,matrix,sweep}, logs /tmp/ss/runs; `collect` packs them.
 #
-# Other subcommands: stage | install V | model | runner | status | collect [TAG] | env V
-# (prints the exports that select SGLang V) | job NAME (run one job in the foreground).
+# Other subcommands: parts | unpack | install V... | model | runner | status | collect [TAG] |
+# env V (the exports that select SGLang V) | job NAME (one job in the foreground).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-quality-0.5.17 matrix-0.5.17 quality-0.5.13 matrix-0.5.13 sweep-0.5.17 sweep-0.5.13}"
-PART_MB="${PART_MB:-58}"
+JOBS="${SPEC_SWEEP_JOBS:-quality-all matrix-0.5.17 matrix-0.5.13 sweep-0.5.17 sweep-0.5.13}"
+# 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
+PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
 MATRIX_TESTS=(
   "tests/real/test_matrix.py::test_baseline_three_boots"
@@ -79,34 +83,38 @@ cmd_pack() {
 
 # ---------------------------------------------------------------------------------------------
 # There: parts -> stage -> sites, model.
-cmd_stage() {
-  local sums=""
+cmd_parts() {  # the carried parts -> $SS/parts (atomic renames: the runner may be reading)
+  local d part name
   for d in .xfer/[0-9]*; do
     [ -d "$d" ] || continue
-    [ -f "$d/xfer.sha256" ] && sums="$d/xfer.sha256"
     for part in "$d"/xfer.part-*; do
       [ -f "$part" ] || continue
-      local name; name=$(basename "$part")
-      cmp -s "$part" "$SS/parts/$name" 2>/dev/null || cp "$part" "$SS/parts/$name"
+      name=$(basename "$part")
+      cmp -s "$part" "$SS/parts/$name" 2>/dev/null && continue
+      cp "$part" "$SS/parts/.$name.tmp" && mv "$SS/parts/.$name.tmp" "$SS/parts/$name"
     done
-  done
-  [ -n "$sums" ] && cp "$sums" "$SS/parts/xfer.sha256"
-  [ -f "$SS/parts/xfer.sha256" ] || { log "stage: no parts yet"; return 0; }
-  local have=() total
-  total=$(wc -l <"$SS/parts/xfer.sha256")
-  while read -r digest name; do
-    if [ -f "$SS/parts/$name" ] && [ "$(sha256sum "$SS/parts/$name" | cut -d' ' -f1)" = "$digest" ]; then
-      have+=("$SS/parts/$name")
-    else
-      break
+    if [ -f "$d/xfer.sha256" ] && ! cmp -s "$d/xfer.sha256" "$SS/parts/xfer.sha256"; then
+      cp "$d/xfer.sha256" "$SS/parts/.sums.tmp" && mv "$SS/parts/.sums.tmp" "$SS/parts/xfer.sha256"
     fi
+  done
+  local n; n=$(find "$SS/parts" -maxdepth 1 -name 'xfer.part-*' | wc -l)
+  log "parts: $n of $(wc -l <"$SS/parts/xfer.sha256" 2>/dev/null || echo '?') here"
+}
+
+cmd_unpack() {  # the longest complete, checked prefix of the stream -> $SS/stage
+  [ -f "$SS/parts/xfer.sha256" ] || return 0
+  local have=() digest name
+  while read -r digest name; do
+    [ -f "$SS/parts/$name" ] || break
+    [ "$(sha256sum "$SS/parts/$name" | cut -d' ' -f1)" = "$digest" ] || break
+    have+=("$SS/parts/$name")
   done <"$SS/parts/xfer.sha256"
   local prefix="${#have[@]}"
   if [ "$prefix" -gt "$(cat "$SS/stage/.prefix" 2>/dev/null || echo 0)" ]; then
-    cat "${have[@]}" | tar -x -C "$SS/stage" 2>/dev/null
+    cat "${have[@]}" | tar -x -C "$SS/stage" 2>/dev/null  # a cut last member errs: it is redone
     echo "$prefix" >"$SS/stage/.prefix"
+    log "unpack: parts 1-$prefix of $(wc -l <"$SS/parts/xfer.sha256")"
   fi
-  log "stage: $prefix/$total parts in order ($(ls "$SS/parts" | grep -c xfer.part-) present)"
 }
 
 artifact_ok() {  # name -> 0 when its own checksums pass
@@ -163,17 +171,27 @@ EOF
   grep '^FAIL\|^versions' "$out" | cut -c1-300
 }
 
-cmd_install() {
+install_version() {  # version -> installed, compiled, smoke-imported (0), or not yet (1)
+  local v="$1"
+  [ -f "$SS/site/sglang-$v/.installed" ] && return 0
+  install_bundle "bundle-sglang-$v" || return 1
+  # Byte code for SGLang once, so parallel first boots do not each compile it.
+  "$PY" -m compileall -q -j 0 "$SS/site/sglang-$v/sglang" >/dev/null 2>&1 || true
+  smoke "$v"
+}
+
+cmd_install() {  # versions...; with INSTALL_BG=1, each in the background (the runner's way)
   local v
-  install_bundle bundle-runtime || { log "install: runtime bundle not complete yet"; return 0; }
+  install_bundle bundle-runtime || return 0
   for v in "$@"; do
     [ -f "$SS/site/sglang-$v/.installed" ] && continue
-    if install_bundle "bundle-sglang-$v"; then
-      # Byte code for SGLang once, so parallel first boots do not each compile it.
-      "$PY" -m compileall -q -j 0 "$SS/site/sglang-$v/sglang" >/dev/null 2>&1 || true
-      smoke "$v"
+    artifact_ok "bundle-sglang-$v" || continue
+    if [ "${INSTALL_BG:-0}" = 1 ]; then
+      [ -d "$SS/site/.installing-$v" ] && continue
+      mkdir -p "$SS/site/.installing-$v"
+      (install_version "$v" >>"$SS/runs/install.log" 2>&1; rmdir "$SS/site/.installing-$v") &
     else
-      log "install: sglang $v not complete yet"
+      install_version "$v"
     fi
   done
 }
@@ -192,10 +210,23 @@ cmd_model() {
 
 # ---------------------------------------------------------------------------------------------
 # Jobs (one at a time; each owns the GPU).
-job_ready() {  # job -> 0 when its SGLang and the model are there
+job_versions() {  # job -> the SGLang versions it runs
   local v="${1#*-}"
-  [ -f "$SS/site/sglang-$v/.installed" ] && [ -f "$SS/site/runtime/.installed" ] \
-    && [ -f "$MODEL/checksums.sha256" ]
+  if [ "$v" = all ]; then echo "$VERSIONS"; else echo "$v"; fi
+}
+
+job_ready() {  # job -> 0 when its SGLang(s), the runtime and the model are there
+  local v
+  [ -f "$SS/site/runtime/.installed" ] && [ -f "$MODEL/checksums.sha256" ] || return 1
+  for v in $(job_versions "$1"); do [ -f "$SS/site/sglang-$v/.installed" ] || return 1; done
+}
+
+quality_one() {  # version first-port -> the quality probe of that version, in its environment
+  local v="$1" out="$SS/out/$1/quality"
+  mkdir -p "$out"
+  (eval "$(cmd_env "$v")"
+   "$PY" scripts/real_quality.py --out "$out" --version "$v" --first-port "$2" \
+     --record base-1 ngram-d8 >"$out/run.log" 2>&1)
 }
 
 cmd_job() {
@@ -204,11 +235,16 @@ cmd_job() {
   mkdir -p "$out"
   eval "$(cmd_env "$v")"
   export SPEC_SWEEP_REAL_OUT="$out"
-  local t0=$SECONDS rc
+  local t0=$SECONDS rc=0
   case "$kind" in
     quality)
-      "$PY" scripts/real_quality.py --out "$out" --version "$v" --record base-1 ngram-d8
-      rc=$? ;;
+      local port=21000 pids=() p
+      for v2 in $(job_versions "$job"); do
+        quality_one "$v2" "$port" & pids+=($!)
+        port=$((port + 2000))
+      done
+      for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+      for v2 in $(job_versions "$job"); do tail -14 "$SS/out/$v2/quality/run.log"; done ;;
     matrix)
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
@@ -224,16 +260,25 @@ cmd_job() {
   return "$rc"
 }
 
+prepare() {  # what the runner does between jobs: unpack, install (background), model
+  cmd_unpack
+  # shellcheck disable=SC2086
+  INSTALL_BG=1 cmd_install $VERSIONS
+  [ -f "$MODEL/checksums.sha256" ] || cmd_model
+}
+
 cmd_runner() {
   local job
   for job in $JOBS; do
     local v="${job#*-}" kind="${job%%-*}"
     [ -f "$SS/out/$v/$kind.done" ] && continue
-    until job_ready "$job"; do sleep 5; done
+    echo "waiting:$job" >"$SS/runs/current"
+    until prepare && job_ready "$job"; do sleep 5; done
     echo "$job" >"$SS/runs/current"
     log "runner: $job"
     (cmd_job "$job") >"$SS/runs/$job.log" 2>&1
   done
+  prepare
   echo "all" >"$SS/runs/current"
   log "runner: all jobs done"
 }
@@ -248,7 +293,15 @@ start_runner() {
 }
 
 cmd_status() {
-  local job
+  local job v
+  for v in $VERSIONS; do
+    local state="not installed"
+    [ -d "$SS/site/.installing-$v" ] && state="installing"
+    [ -f "$SS/site/sglang-$v/.installed" ] && state="installed"
+    echo "  sglang $v: $state"
+    [ -f "$SS/out/$v/smoke.txt" ] && grep '^FAIL\|^versions' "$SS/out/$v/smoke.txt" | cut -c1-200 | sed 's/^/    /'
+  done
+  [ -f "$MODEL/checksums.sha256" ] && echo "  model: made" || echo "  model: not yet"
   for job in $JOBS; do
     local v="${job#*-}" kind="${job%%-*}" state="waiting"
     [ "$(cat "$SS/runs/current" 2>/dev/null)" = "$job" ] && state="running"
@@ -280,11 +333,8 @@ cmd_auto() {
   local wait_s=0
   [ "${1:-}" = "--wait" ] && wait_s="${2:-0}"
   local t0=$SECONDS
-  cmd_stage
-  # shellcheck disable=SC2086
-  cmd_install $VERSIONS
-  cmd_model
-  start_runner
+  cmd_parts
+  all_done || start_runner
   while [ $((SECONDS - t0)) -lt "$wait_s" ] && ! all_done; do sleep 5; done
   cmd_status
   cmd_collect "$(date +%H%M%S)"
@@ -292,7 +342,8 @@ cmd_auto() {
 
 case "${1:-}" in
   pack) shift; cmd_pack "$@" ;;
-  stage) cmd_stage ;;
+  parts) cmd_parts ;;
+  unpack) cmd_unpack ;;
   install) shift; cmd_install "$@" ;;
   model) cmd_model ;;
   env) cmd_env "$2" ;;
