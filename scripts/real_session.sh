@@ -7,9 +7,9 @@
 #   python scripts/gpu_bundle.py --only runtime --no-self --out .bundle-runtime
 #   python scripts/gpu_bundle.py --sglang 0.5.17 --only sglang --out .bundle-sglang-0.5.17
 #   python scripts/gpu_bundle.py --sglang 0.5.13 --only sglang --out .bundle-sglang-0.5.13
-#   scripts/real_session.sh pack            # -> .xfer/01 .. .xfer/NN, one folder per call
+#   scripts/real_session.sh pack       # -> .bundle-xfer/01 .. NN (ignored: /.bundle*/), one per call
 # There, from the repository root, every call the same command, each carrying the next folder
-# (`carry: [".xfer/01"]`, then `.xfer/02`, ...), then calls that carry nothing:
+# (`carry: [".bundle-xfer/01"]`, then `.bundle-xfer/02`, ...), then calls that carry nothing:
 #   bash scripts/real_session.sh auto [--wait SECONDS]
 #
 # `auto` returns in seconds unless told to wait: it copies the carried parts to /tmp/ss/parts,
@@ -66,26 +66,26 @@ cmd_pack() {
       esac
     done
   done
-  rm -rf .xfer && mkdir -p .xfer/split
-  tar -C "$tmp" -cf - "${items[@]%%:*}" | split -b "${PART_MB}M" -d -a 2 - .xfer/split/xfer.part-
+  rm -rf .bundle-xfer && mkdir -p .bundle-xfer/split
+  tar -C "$tmp" -cf - "${items[@]%%:*}" | split -b "${PART_MB}M" -d -a 2 - .bundle-xfer/split/xfer.part-
   rm -rf "$tmp"
-  (cd .xfer/split && sha256sum xfer.part-* >../xfer.sha256)
+  (cd .bundle-xfer/split && sha256sum xfer.part-* >../xfer.sha256)
   local n=0
-  for part in .xfer/split/xfer.part-*; do
-    n=$((n + 1)); local dir; dir=$(printf ".xfer/%02d" "$n")
-    mkdir -p "$dir" && mv "$part" "$dir/" && cp .xfer/xfer.sha256 "$dir/"
+  for part in .bundle-xfer/split/xfer.part-*; do
+    n=$((n + 1)); local dir; dir=$(printf ".bundle-xfer/%02d" "$n")
+    mkdir -p "$dir" && mv "$part" "$dir/" && cp .bundle-xfer/xfer.sha256 "$dir/"
   done
-  rmdir .xfer/split
+  rmdir .bundle-xfer/split
   echo "$n parts of at most $PART_MB MiB: carry one folder per call, in order"
-  for d in .xfer/[0-9]*; do echo "  $d  $(du -m "$d"/xfer.part-* | cut -f1) MiB"; done
-  cat .xfer/xfer.sha256
+  for d in .bundle-xfer/[0-9]*; do echo "  $d  $(du -m "$d"/xfer.part-* | cut -f1) MiB"; done
+  cat .bundle-xfer/xfer.sha256
 }
 
 # ---------------------------------------------------------------------------------------------
 # There: parts -> stage -> sites, model.
 cmd_parts() {  # the carried parts -> $SS/parts (atomic renames: the runner may be reading)
   local d part name
-  for d in .xfer/[0-9]*; do
+  for d in .bundle-xfer/[0-9]*; do
     [ -d "$d" ] || continue
     for part in "$d"/xfer.part-*; do
       [ -f "$part" ] || continue
