@@ -163,7 +163,8 @@ for name in mods:
         importlib.import_module(name)
         print("ok  ", name)
     except BaseException as exc:
-        print("FAIL", name, f"{type(exc).__name__}: {exc}")
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        print("FAIL", name, type(exc).__name__, " | ".join(lines[:2] + lines[-2:])[:400])
 print("versions:", {d: m.version(d) for d in ("sglang", "transformers", "tokenizers", "torch", "ray")})
 EOF
   ) >"$out" 2>&1
