@@ -19,7 +19,8 @@
 # the stream, installs each bundle whose parts check out (/tmp/ss/site/<name>, smoke-imported;
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
-# at a time (it owns the GPU):
+# at a time (it owns the GPU); the default order puts first what matters most, so a session cut
+# short loses the least: matrix-0.5.17 quality-all matrix-0.5.13 sweep-0.5.17 sweep-0.5.13.
 #   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
 #                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
 #   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
@@ -36,7 +37,7 @@ REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-quality-all matrix-0.5.17 matrix-0.5.13 sweep-0.5.17 sweep-0.5.13}"
+JOBS="${SPEC_SWEEP_JOBS:-matrix-0.5.17 quality-all matrix-0.5.13 sweep-0.5.17 sweep-0.5.13}"
 # 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
 PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
