@@ -104,6 +104,7 @@ cmd_parts() {  # the carried parts -> $SS/parts (atomic renames: the runner may 
 
 cmd_unpack() {  # the longest complete, checked prefix of the stream -> $SS/stage
   [ -f "$SS/parts/xfer.sha256" ] || return 0
+  [ "$(cat "$SS/stage/.prefix" 2>/dev/null)" = "$(wc -l <"$SS/parts/xfer.sha256")" ] && return 0
   local have=() digest name
   while read -r digest name; do
     [ -f "$SS/parts/$name" ] || break
@@ -200,7 +201,7 @@ cmd_install() {  # versions...; with INSTALL_BG=1, each in the background (the r
 
 cmd_model() {
   [ -f "$MODEL/checksums.sha256" ] && [ -f "$MODEL-eagle3/config.json" ] && return 0
-  artifact_ok models-src || { log "model: GGUF parts not complete yet"; return 0; }
+  artifact_ok models-src || return 0  # the GGUF's parts are not all here yet
   local v site=""
   for v in $VERSIONS; do [ -f "$SS/site/sglang-$v/.installed" ] && site="$SS/site/sglang-$v" && break; done
   [ -n "$site" ] || { log "model: waiting for a bundle with gguf"; return 0; }
