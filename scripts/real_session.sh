@@ -10,7 +10,9 @@
 #   scripts/real_session.sh pack       # -> .bundle-xfer/01 .. NN (ignored: /.bundle*/), one per call
 # There, from the repository root, every call the same command, each carrying the next folder
 # (`carry: [".bundle-xfer/01"]`, then `.bundle-xfer/02`, ...), then calls that carry nothing:
-#   bash scripts/real_session.sh auto [--wait SECONDS]
+#   bash scripts/real_session.sh auto [--wait SECONDS] [--jobs "JOB ..."]
+# (`--jobs` replaces the runner's job list from its next job on, e.g. to drop one when short of
+# time; jobs already done stay done.)
 #
 # `auto` returns in seconds unless told to wait: it copies the carried parts to /tmp/ss/parts,
 # starts the runner once (detached with setsid, so it outlives the call while the machine stays
@@ -270,16 +272,31 @@ prepare() {  # what the runner does between jobs: unpack, install (background), 
   [ -f "$MODEL/checksums.sha256" ] || cmd_model
 }
 
+jobs() {  # the job list: $SS/jobs (written by `auto --jobs`) if present, else JOBS
+  if [ -s "$SS/jobs" ]; then cat "$SS/jobs"; else echo "$JOBS"; fi
+}
+
+next_job() {  # the first job of the list not done yet; fails when none is left
+  local job
+  for job in $(jobs); do
+    [ -f "$SS/out/${job#*-}/${job%%-*}.done" ] || { echo "$job"; return 0; }
+  done
+  return 1
+}
+
 cmd_runner() {
   local job
-  for job in $JOBS; do
-    local v="${job#*-}" kind="${job%%-*}"
-    [ -f "$SS/out/$v/$kind.done" ] && continue
+  while job=$(next_job); do
     echo "waiting:$job" >"$SS/runs/current"
-    until prepare && job_ready "$job"; do sleep 5; done
+    until prepare && job_ready "$job"; do
+      sleep 5
+      [ "$(next_job)" = "$job" ] || continue 2  # the list changed while waiting
+    done
     echo "$job" >"$SS/runs/current"
     log "runner: $job"
     (cmd_job "$job") >"$SS/runs/$job.log" 2>&1
+    local done_file="$SS/out/${job#*-}/${job%%-*}.done"
+    [ -f "$done_file" ] || { mkdir -p "${done_file%/*}"; echo "1 0" >"$done_file"; }
   done
   prepare
   echo "all" >"$SS/runs/current"
@@ -297,6 +314,7 @@ start_runner() {
 
 cmd_status() {
   local job v
+  echo "  jobs: $(jobs)"
   for v in $VERSIONS; do
     local state="not installed"
     [ -d "$SS/site/.installing-$v" ] && state="installing"
@@ -305,7 +323,7 @@ cmd_status() {
     [ -f "$SS/out/$v/smoke.txt" ] && grep '^FAIL\|^versions' "$SS/out/$v/smoke.txt" | cut -c1-200 | sed 's/^/    /'
   done
   [ -f "$MODEL/checksums.sha256" ] && echo "  model: made" || echo "  model: not yet"
-  for job in $JOBS; do
+  for job in $(jobs); do
     local v="${job#*-}" kind="${job%%-*}" state="waiting"
     [ "$(cat "$SS/runs/current" 2>/dev/null)" = "$job" ] && state="running"
     [ -f "$SS/out/$v/$kind.done" ] && state="done: exit $(cut -d' ' -f1 "$SS/out/$v/$kind.done"), $(cut -d' ' -f2 "$SS/out/$v/$kind.done") s"
@@ -334,7 +352,13 @@ all_done() { [ "$(cat "$SS/runs/current" 2>/dev/null)" = "all" ]; }
 
 cmd_auto() {
   local wait_s=0
-  [ "${1:-}" = "--wait" ] && wait_s="${2:-0}"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --wait) wait_s="$2"; shift 2 ;;
+      --jobs) echo "$2" >"$SS/jobs"; log "jobs from now on: $2"; shift 2 ;;
+      *) echo "auto: unknown option $1"; return 2 ;;
+    esac
+  done
   local t0=$SECONDS
   cmd_parts
   all_done || start_runner
