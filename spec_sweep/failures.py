@@ -187,7 +187,8 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
     LogPattern(
         FailureMode.OOM,
         r"Loaded weights leave no GPU memory for the KV cache",
-        "SGLang: the weights (target and draft) leave nothing of the static budget for the KV cache",
+        "SGLang: the weights (target and draft) leave nothing of the static budget for the KV "
+        "cache",
         "sgl-project/sglang 0.5.17 python/sglang/srt/mem_cache/kv_cache_configurator.py:1646-1655",
     ),
     LogPattern(

@@ -22,6 +22,7 @@ from pydantic import (
 
 from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
+from spec_sweep.prompts import prompt_format
 from spec_sweep.space import baseline_config
 from spec_sweep.spec import (
     RESERVED_FLAGS,
@@ -278,6 +279,12 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
     except ManifestError as exc:
         fail("node.sglang_version", f"{spec.node.sglang_version!r}: {exc}")
         raise  # unreachable; keeps mypy happy
+
+    if spec.workload.dataset != "random":
+        try:  # a required chat template that is not there fails now, not in every trial
+            prompt_format(spec.workload, model_path=spec.node.model)
+        except SpecError as exc:
+            raise SpecError(f"{path}: {exc}") from exc
 
     params = spec.params
     for key, value in spec.node.server_args.items():
