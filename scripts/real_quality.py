@@ -63,7 +63,12 @@ def configs(version: str, model: Path) -> dict[str, list[str]]:
     no_decode_graph = (
         ["--cuda-graph-backend-decode", "disabled"] if split else ["--disable-cuda-graph"]
     )
-    draft = str(model.with_name(model.name + "-eagle3"))
+    draft_dir = model.with_name(model.name + "-eagle3")
+    draft = str(draft_dir)
+    # A head trained by scripts/train_test_draft.py loads its weights; the config-only draft of
+    # make_real_model.py --eagle3 has none (random weights: every draft rejected).
+    trained = (draft_dir / "train_summary.json").is_file()
+    load = [] if trained else ["--speculative-draft-load-format", "dummy"]
     return {
         "base-1": [],
         "base-2": [],
@@ -74,10 +79,10 @@ def configs(version: str, model: Path) -> dict[str, list[str]]:
         "deterministic": ["--enable-deterministic-inference"],
         "attn-torch-native": ["--attention-backend", "torch_native"],
         "ngram-d8": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
-        "eagle3-s2-k1-d3": [
+        "eagle3-s3-k1-d4": [
             *["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft],
-            *["--speculative-draft-load-format", "dummy", "--speculative-num-steps", "2"],
-            *["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"],
+            *[*load, "--speculative-num-steps", "3"],
+            *["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
         ],
     }
 

@@ -22,7 +22,12 @@
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
-# short loses the least: matrix-0.5.17 quality-all matrix-0.5.13 sweep-0.5.17 sweep-0.5.13.
+# short loses the least: draft-0.5.17 matrix-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13
+# sweep-0.5.13.
+#   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
+#                on the GPU from the target's own generations; it replaces the random-weight
+#                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
+#                after it serve the trained head (train_summary.json says so)
 #   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
 #                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
 #   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
@@ -39,7 +44,7 @@ REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-matrix-0.5.17 quality-all matrix-0.5.13 sweep-0.5.17 sweep-0.5.13}"
+JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 matrix-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13 sweep-0.5.13}"
 # 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
 PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
@@ -49,6 +54,7 @@ MATRIX_TESTS=(
   "tests/real/test_matrix.py::test_rejected_speculative_combination"
   "tests/real/test_matrix.py::test_ngram_accept_length_matches_the_server[8]"
   "tests/real/test_matrix.py::test_eagle3_path_starts"
+  "tests/real/test_matrix.py::test_trained_eagle3_draft"
 )
 mkdir -p "$SS"/{parts,stage,site,runs,out}
 log() { echo "[$(date +%H:%M:%S)] $*"; }
@@ -253,6 +259,15 @@ cmd_job() {
     matrix)
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
+    draft)
+      "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
+        --data "$SS/runs/draft-data.json" --min-accept-length 2 >"$out/train.log" 2>&1
+      rc=$?; tail -25 "$out/train.log"
+      cp "$MODEL-eagle3-trained/train_summary.json" "$out/" 2>/dev/null
+      if [ -f "$MODEL-eagle3-trained/train_summary.json" ] && [ ! -d "$MODEL-eagle3-dummy" ]; then
+        mv "$MODEL-eagle3" "$MODEL-eagle3-dummy" && mv "$MODEL-eagle3-trained" "$MODEL-eagle3"
+        log "draft: the trained head is now $MODEL-eagle3"
+      fi ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
         "$PY" -m pytest -p no:cacheprovider -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1

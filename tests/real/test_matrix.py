@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from real_harness import cgbs_key, oom_high_fraction, run_trial_cli
+from real_harness import cgbs_key, draft_path, oom_high_fraction, run_trial_cli
 
 # SGLang's scheduler prints one line per decode log interval, e.g.
 # "Decode batch, #running-req: 1, #token: 1090, token usage: 0.00, cuda graph: True,
@@ -133,6 +133,36 @@ def test_eagle3_path_starts(matrix: Path, out_dir: Path) -> None:
     )
     _ok(result)
     assert result["metrics"]["accept_length_c1"] >= 1.0
+
+
+@pytest.mark.parametrize(("steps", "topk", "tokens"), [(3, 1, 4), (3, 2, 6)])
+def test_trained_eagle3_draft(
+    steps: int, topk: int, tokens: int, matrix: Path, out_dir: Path
+) -> None:
+    """The EAGLE-3 head trained by scripts/train_test_draft.py: a chain and a tree, its accept
+    length ours vs the server's; the chain (3, 1, 4) accepts at least 2 tokens per cycle."""
+    if not (draft_path() / "train_summary.json").is_file():
+        pytest.skip(f"no trained draft in {draft_path()} (scripts/train_test_draft.py)")
+    result = run_trial_cli(
+        f"eagle3-trained-s{steps}-k{topk}-d{tokens}",
+        {
+            "speculative-algorithm": "EAGLE3",
+            "speculative-num-steps": steps,
+            "speculative-eagle-topk": topk,
+            "speculative-num-draft-tokens": tokens,
+            "speculative-draft-load-format": None,
+        },
+        out_dir,
+        spec=matrix,
+    )
+    _ok(result)
+    ours = result["metrics"]["accept_length_c1"]
+    server = result["bench"]["levels"][0]["server_accept_length"]
+    print(f"trained EAGLE-3 ({steps}, {topk}, {tokens}): ours {ours}, server {server}")
+    if topk == 1:
+        assert ours >= 2.0
+    if server:
+        assert abs(ours - server) / server < 0.05
 
 
 @pytest.mark.parametrize(("algo", "no_custom"), [("Ring", False), ("Tree", True)])

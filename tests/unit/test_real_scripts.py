@@ -138,7 +138,7 @@ def test_quality_flags_follow_the_version() -> None:
     assert old["no-decode-graph"] == ["--disable-cuda-graph"]
     assert "--disable-piecewise-cuda-graph" in rq.common_flags("0.5.13", model)
     assert "--cuda-graph-backend-prefill" in rq.common_flags("0.5.17", model)
-    assert "/m/smollm2-135m-eagle3" in new["eagle3-s2-k1-d3"]
+    assert "/m/smollm2-135m-eagle3" in new["eagle3-s3-k1-d4"]
     assert len(new) >= 10
     assert sum(n.startswith("base-") for n in new) == 3
 
