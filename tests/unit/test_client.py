@@ -40,10 +40,8 @@ def test_builtin_prompts_are_varied_text_and_seeded() -> None:
     assert 40 <= len(prompts) <= 60
     assert all(isinstance(p, str) and len(p.split()) >= 5 for p in prompts)
     assert len(set(prompts)) == len(prompts)
-    assert (
-        source
-        == f"builtin text prompts ({len(prompts)}), raw text (no chat template found in the model folder)"
-    )
+    raw = "raw text (no chat template found in the model folder)"
+    assert source == f"builtin text prompts ({len(prompts)}), {raw}"
     again, _ = load_prompts(WorkloadSpec(dataset="builtin", seed=0), model_path="m")
     other, _ = load_prompts(WorkloadSpec(dataset="builtin", seed=1), model_path="m")
     assert again == prompts
