@@ -18,7 +18,12 @@ one directory per version)::
 Then run ``pytest tests/unit/test_manifest.py`` and commit the JSON. The shipped files came from:
 
     --version 0.5.23 --make-venv /tmp/sglang-0.5.23               (~2 min, 2.3 GB)
+    --version 0.5.22 --make-venv /tmp/sglang-0.5.22 --torch torch==2.14.1
+    --version 0.5.20 --make-venv /tmp/sglang-0.5.20 --cuda-torch  (~5 min, 6 GB)
+    --version 0.5.18 --make-venv /tmp/sglang-0.5.18 --cuda-torch
     --version 0.5.13 --make-venv /tmp/sglang-0.5.13 --cuda-torch  (~3 min, 5 GB)
+    --version 0.5.17 --python VENV/bin/python  (the Python 3.12 venv that scripts/bundle/
+        sglang-0.5.17.lock was made in: torch 2.11.0, SGLang's serving closure)
 
 ``--make-venv DIR`` creates ``DIR`` and installs torch (``--torch``, default ``torch==2.13.0``,
 which on this project's machines resolves to a local CPU build), then ``pip install --no-deps

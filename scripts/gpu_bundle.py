@@ -33,6 +33,13 @@ GPU node), `__pycache__`. `IPython` is replaced by a stand-in for the two notebo
 
 The result is one `site.tar.xz` cut into parts of at most `--part-mb` MiB, so each part fits a
 transfer limit; `install.sh` joins and unpacks them.
+
+`--only sglang` bundles SGLang's lock alone and `--only runtime` spec_sweep's runtime alone, so a
+node that runs two SGLang versions carries the runtime once (`scripts/real_session.sh` installs
+each into its own folder; both go on `PYTHONPATH`, the SGLang one first)::
+
+    python scripts/gpu_bundle.py --sglang 0.5.17 --only sglang --out .bundle-sglang-0.5.17
+    python scripts/gpu_bundle.py --only runtime --no-self --out .bundle-runtime
 """
 
 from __future__ import annotations
@@ -173,7 +180,8 @@ def slim(site: Path, *, arch: str) -> int:
             elif path.exists():
                 removed += path.stat().st_size
                 path.unlink()
-    (site / "sgl_kernel" / "flash_ops.py").write_text(_FLASH_OPS_STUB)
+    if (site / "sgl_kernel").is_dir():
+        (site / "sgl_kernel" / "flash_ops.py").write_text(_FLASH_OPS_STUB)
     ipython = site / "IPython"
     ipython.mkdir(exist_ok=True)
     (ipython / "__init__.py").write_text(_IPYTHON_INIT)
@@ -219,15 +227,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".bundle", help="output folder")
     parser.add_argument("--part-mb", type=int, default=60, help="largest part in MiB")
     parser.add_argument("--no-self", action="store_true", help="leave spec_sweep itself out")
+    parser.add_argument(
+        "--only",
+        choices=("sglang", "runtime"),
+        help="one lock only: SGLang's serving closure, or spec_sweep's runtime (default: both)",
+    )
     args = parser.parse_args(argv)
     lock = LOCKS / f"sglang-{args.sglang}.lock"
     if not lock.exists():
         known = ", ".join(p.stem.removeprefix("sglang-") for p in LOCKS.glob("sglang-*.lock"))
         parser.error(f"--sglang {args.sglang}: no lock file {lock.name}; locked versions: {known}")
+    locks = {"sglang": [lock], "runtime": [LOCKS / "spec-sweep.lock"]}.get(
+        args.only or "", [lock, LOCKS / "spec-sweep.lock"]
+    )
     with tempfile.TemporaryDirectory(prefix="spec_sweep-bundle-") as tmp:
         venv, wheels = Path(tmp) / "venv", Path(tmp) / "wheels"
-        site = install_locks(args.python, venv, [lock, LOCKS / "spec-sweep.lock"], wheels=wheels)
-        if not args.no_self:
+        site = install_locks(args.python, venv, locks, wheels=wheels)
+        if not args.no_self and args.only != "sglang":
             install_self(venv, wheels)
         before = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
         removed = slim(site, arch=args.arch)

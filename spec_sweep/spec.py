@@ -259,6 +259,12 @@ class WorkloadSpec(_Model):
     concurrency: tuple[int, ...] = Field((1,), description="A number or a list of levels.")
     warmup_prompts: int = Field(2, ge=0)
     seed: int = 0
+    chat_template: bool | Literal["auto"] = Field(
+        "auto",
+        description="Send text prompts through the model's chat template, as production "
+        "clients do (SGLang bench_serving's --apply-chat-template): auto = when the model is a "
+        "local folder whose tokenizer has one; true = required; false = raw text.",
+    )
     sla: dict[str, float] = Field(
         default_factory=dict,
         description="Upper bounds on level metrics (e.g. ttft_p99_ms: 2000) the goodput "

@@ -23,6 +23,7 @@ from pydantic import (
 from spec_sweep.core.config import baseline_config
 from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
+from spec_sweep.node.prompts import prompt_format
 from spec_sweep.spec import (
     RESERVED_FLAGS,
     ParamSpec,
@@ -282,6 +283,7 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
         fail("node.sglang_version", f"{spec.node.sglang_version!r}: {exc}")
         raise  # unreachable; keeps mypy happy
 
+    _check_prompts(path, spec)
     _check_node(fail, manifest, spec)
     params = spec.params
     for key, param in params.items():
@@ -302,6 +304,16 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
             "missing: the search space can set an EAGLE speculative algorithm, which needs "
             "a draft model: set node.draft_model",
         )
+
+
+def _check_prompts(path: Path, spec: SweepSpec) -> None:
+    """A chat template the workload requires is there (else every trial would fail on it)."""
+    if spec.workload.dataset == "random":
+        return
+    try:
+        prompt_format(spec.workload, model_path=spec.node.model)
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from exc
 
 
 def _check_node(fail: Any, manifest: FlagManifest, spec: SweepSpec) -> None:

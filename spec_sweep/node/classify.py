@@ -49,6 +49,7 @@ _KEYWORDS = (
     "xception",
     "out of memory",
     "Not enough memory",
+    "no GPU memory for the KV cache",
     "memory capacity",
     "illegal memory",
     "ssert",

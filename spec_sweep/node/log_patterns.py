@@ -130,6 +130,13 @@ LOG_PATTERNS: tuple[LogPattern, ...] = (
     ),
     LogPattern(
         FailureMode.OOM,
+        r"Loaded weights leave no GPU memory for the KV cache",
+        "SGLang: the weights (target and draft) leave nothing of the static budget for the KV "
+        "cache",
+        "sgl-project/sglang 0.5.17 python/sglang/srt/mem_cache/kv_cache_configurator.py:1646-1655",
+    ),
+    LogPattern(
+        FailureMode.OOM,
         r"Capture cuda graph failed: .*(?i:out of memory|cublas_status_alloc_failed"
         r"|cublas_status_not_initialized)",
         "SGLang's CUDA-graph capture failed for lack of memory (SGLang's own OOM markers; its "

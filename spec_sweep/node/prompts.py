@@ -6,20 +6,41 @@ tokenizer says how large it is, else from a range valid for any vocabulary), the
 prompt set shipped in the package, or a JSON/JSONL file of text prompts (ShareGPT layout
 accepted). Sampling is seeded by `workload.seed`. A file that holds no usable prompt is a
 `SpecError`.
+
+Text prompts go through the model's chat template when `workload.chat_template` asks for it
+(`auto`: when the model is a local folder whose tokenizer has one), as SGLang's own
+`bench_serving --apply-chat-template` and production chat clients send them: one user turn, the
+generation prompt added. The template is the tokenizer's own Jinja (`chat_template.jinja` or
+`tokenizer_config.json`'s `chat_template`), rendered the way Hugging Face's
+`apply_chat_template` renders it (a sandboxed, immutable Jinja2 environment with
+`trim_blocks`/`lstrip_blocks`, `raise_exception`, `tojson` and the tokenizer's special tokens),
+so the product needs no tokenizer library.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeAlias
 
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
 from spec_sweep.errors import SpecError
 from spec_sweep.spec import WorkloadSpec
 
-__all__ = ["CONSERVATIVE_ID_RANGE", "Prompt", "load_prompts"]
+__all__ = [
+    "CONSERVATIVE_ID_RANGE",
+    "ChatTemplate",
+    "Prompt",
+    "builtin_texts",
+    "find_chat_template",
+    "load_prompts",
+    "prompt_format",
+]
 
 #: A prompt: text (sent as `text`) or token ids (sent as `input_ids`).
 Prompt: TypeAlias = str | list[int]
@@ -63,8 +84,7 @@ def load_prompts(workload: WorkloadSpec, *, model_path: str) -> tuple[list[Promp
         ]
         return prompts, f"random ids in [{lo}, {hi}) ({why})"
     if workload.dataset == "builtin":
-        resource = resources.files("spec_sweep").joinpath(*_BUILTIN_RESOURCE)
-        texts = _parse_dataset(resource.read_text(encoding="utf-8"), "builtin prompt set")
+        texts = builtin_texts()
         source = f"builtin text prompts ({len(texts)})"
     else:
         path = Path(workload.dataset)
@@ -76,9 +96,109 @@ def load_prompts(workload: WorkloadSpec, *, model_path: str) -> tuple[list[Promp
             ) from exc
         texts = _parse_dataset(raw, str(path))
         source = f"text prompts from {path} ({len(texts)})"
+    template, how = prompt_format(workload, model_path=model_path)
+    if template is not None:
+        texts = [template.render(text) for text in texts]
     text_prompts: list[Prompt] = list(texts)
     rng.shuffle(text_prompts)
-    return text_prompts, source
+    return text_prompts, f"{source}, {how}"
+
+
+def builtin_texts() -> list[str]:
+    """The builtin prompt set, in its file's order."""
+    resource = resources.files("spec_sweep").joinpath(*_BUILTIN_RESOURCE)
+    return _parse_dataset(resource.read_text(encoding="utf-8"), "builtin prompt set")
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A tokenizer's chat template, ready to turn a user's text into the model's prompt."""
+
+    source: str
+    template: jinja2.Template
+    special: tuple[tuple[str, str], ...]
+
+    def render(self, text: str) -> str:
+        """One user turn, with the generation prompt (the assistant's turn begun)."""
+        return self.template.render(
+            messages=[{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            **dict(self.special),
+        )
+
+
+def prompt_format(workload: WorkloadSpec, *, model_path: str) -> tuple[ChatTemplate | None, str]:
+    """The chat template text prompts go through (None: raw text), and a note saying which.
+
+    Raises:
+        SpecError: `chat_template: true` and the model has no chat template.
+    """
+    if workload.chat_template is False:
+        return None, "raw text (chat_template: false)"
+    template = find_chat_template(model_path)
+    if template is None:
+        if workload.chat_template is True:
+            raise SpecError(
+                f"workload.chat_template: true, but {model_path!r} has no chat template "
+                "(a local model folder with chat_template.jinja or a tokenizer_config.json "
+                "with 'chat_template'): point node.model at such a folder, or set "
+                "chat_template: false"
+            )
+        return None, "raw text (no chat template found in the model folder)"
+    return template, f"chat template of {template.source}"
+
+
+def find_chat_template(model_path: str) -> ChatTemplate | None:
+    """The chat template of a local model folder's tokenizer, or None."""
+    if not model_path:
+        return None
+    return _chat_template(str(Path(model_path).expanduser()))
+
+
+def _chat_template(folder: str) -> ChatTemplate | None:
+    directory = Path(folder)
+    if not directory.is_dir():
+        return None
+    config = _read_json(directory / "tokenizer_config.json")
+    config = config if isinstance(config, dict) else {}
+    source = directory / "chat_template.jinja"
+    try:
+        text: Any = source.read_text(encoding="utf-8")
+    except OSError:
+        text, source = config.get("chat_template"), directory / "tokenizer_config.json"
+    if isinstance(text, list):  # named templates: [{"name": "default", "template": ...}]
+        named = {t.get("name"): t.get("template") for t in text if isinstance(t, dict)}
+        text = named.get("default")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent)
+    env.globals["raise_exception"] = _raise_template_error
+    try:
+        template = env.from_string(text)
+    except jinja2.TemplateError as exc:
+        raise SpecError(
+            f"workload.chat_template: the chat template in {source} does not parse ({exc}): "
+            "fix the model's tokenizer files, or set chat_template: false"
+        ) from exc
+    special = tuple(
+        (name, token)
+        for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+        if (token := _token_text(config.get(name))) is not None
+    )
+    return ChatTemplate(source=str(source), template=template, special=special)
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return str(value["content"])
+    return None
+
+
+def _raise_template_error(message: str) -> None:
+    raise jinja2.TemplateError(message)
 
 
 def _id_range(model_path: str) -> tuple[int, int, str]:

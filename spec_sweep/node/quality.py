@@ -57,16 +57,26 @@ class QualityCheck:
     diverging: dict[str, Any] | None = None
 
 
-def quality_prompts(quality: QualitySpec) -> list[str]:
-    """The fixed prompt set: the first `num_prompts` of the builtin set in its seed-0 order."""
-    workload = WorkloadSpec(dataset="builtin", num_prompts=quality.num_prompts, seed=0)
-    prompts, _ = load_prompts(workload, model_path="")
+def quality_prompts(quality: QualitySpec, workload: WorkloadSpec, *, model_path: str) -> list[str]:
+    """The fixed prompt set: the first `num_prompts` of the builtin set in its seed-0 order.
+
+    Formatted as the benchmark's prompts are (the workload's `chat_template` setting).
+    """
+    fixed = workload.model_copy(
+        update={"dataset": "builtin", "num_prompts": quality.num_prompts, "seed": 0}
+    )
+    prompts, _ = load_prompts(fixed, model_path=model_path)
     texts = [p for p in prompts if isinstance(p, str)]
     return [texts[i % len(texts)] for i in range(quality.num_prompts)]
 
 
 def greedy_outputs(
-    base_url: str, quality: QualitySpec, *, request_timeout_s: float
+    base_url: str,
+    quality: QualitySpec,
+    *,
+    workload: WorkloadSpec,
+    model_path: str,
+    request_timeout_s: float,
 ) -> tuple[list[str], list[list[int]], list[str]]:
     """Decode the fixed prompts greedily in one batch `/generate` request.
 
@@ -77,7 +87,7 @@ def greedy_outputs(
         httpx.HTTPError: the request failed.
         ValueError: the answer has no `output_ids` per prompt.
     """
-    prompts = quality_prompts(quality)
+    prompts = quality_prompts(quality, workload, model_path=model_path)
     body = {
         "text": prompts,
         "sampling_params": {
@@ -159,6 +169,8 @@ def check_quality(
     base_url: str,
     quality: QualitySpec,
     *,
+    workload: WorkloadSpec,
+    model_path: str,
     trial_dir: Path,
     trial_id: str,
     request_timeout_s: float,
@@ -169,7 +181,13 @@ def check_quality(
     as not judged (the benchmark's own classification decides such a trial).
     """
     try:
-        prompts, ids, texts = greedy_outputs(base_url, quality, request_timeout_s=request_timeout_s)
+        prompts, ids, texts = greedy_outputs(
+            base_url,
+            quality,
+            workload=workload,
+            model_path=model_path,
+            request_timeout_s=request_timeout_s,
+        )
     except (httpx.HTTPError, ValueError) as exc:
         return QualityCheck(None, True, f"quality not checked: {type(exc).__name__}: {exc}")
     record: dict[str, Any] = {"prompts": prompts, "ids": ids, "texts": texts}

@@ -279,6 +279,8 @@ def _benchmark(
             box["quality"] = check_quality(
                 server.base_url,
                 spec.quality,
+                workload=spec.workload,
+                model_path=spec.node.model,
                 trial_dir=trial_dir,
                 trial_id=trial_id,
                 request_timeout_s=spec.node.request_timeout_s,

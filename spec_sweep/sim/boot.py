@@ -3,9 +3,13 @@
 This module owns what a booting node prints and when: the resolved ``server_args`` and the
 resolution warnings, per-rank distributed init (NCCL version, custom all-reduce / symmetric
 memory warnings), weight loading, draft loading, KV-cache allocation, CUDA-graph capture (in the
-layout of the chosen SGLang flavor), the final capacity line and the startup timings. Stage
-durations come from the profile (real seconds) times the time scale. When the plan has a failure
-at a stage, the boot stops there and the failing worker prints SGLang's
+layout of the chosen SGLang flavor), 0.5.13's piecewise (torch.compile) CUDA graph, the runtime
+states of adaptive speculative decoding, the final capacity line and the startup timings. Stage
+durations come from the profile (the simulated node's seconds, which the lines print) and last
+that many seconds times the time scale; the phases a line times add up to the scheduler's
+start-up time (``scheduler_e2e``), which 0.5.17+ prints in "Engine startup timings" and serves
+as ``startup_time`` in ``/server_info`` (:meth:`BootResult.startup_time`). When the plan has a
+failure at a stage, the boot stops there and the failing worker prints SGLang's
 ``Scheduler hit an exception: <traceback>`` and sends ``SIGQUIT`` to the main process; injected
 faults (hang, crash, NCCL error) are played here too.
 """
@@ -20,37 +24,108 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spec_sweep.sim import texts
+from spec_sweep.sim import adaptive, texts
 from spec_sweep.sim.cli import SimOptions
 from spec_sweep.sim.logs import SimLog
 from spec_sweep.sim.model import Failure, NodePlan
 from spec_sweep.sim.procs import WorkerSet
 from spec_sweep.sim.profiles import Profile
 
-__all__ = ["BootResult", "boot_node", "emit_scheduler_failure"]
+__all__ = [
+    "GRAPH_PHASES",
+    "BootResult",
+    "boot_node",
+    "emit_scheduler_failure",
+    "has_startup_time",
+]
 
 _FOREVER = 365 * 24 * 3600.0
+
+#: The phases of ``startup_time["cuda_graph"]``, always all present (``GRAPH_MEMORY_USAGE_KEYS``,
+#: model_executor/graph_memory_usage.py 0.5.17:5-12, same in 0.5.23).
+GRAPH_PHASES = (
+    "prefill",
+    "decode",
+    "target_verify",
+    "draft_prefill",
+    "draft_decode",
+    "draft_extend",
+)
+
+
+def has_startup_time(version: str) -> bool:
+    """Whether an SGLang version reports ``startup_time`` and prints "Engine startup timings".
+
+    Both arrive in 0.5.17 (observability/startup_time.py, entrypoints/engine.py 0.5.17:996-1022;
+    absent from 0.5.13, 0.5.14 and 0.5.16).
+    """
+    return adaptive.version_key(version) >= (0, 5, 17)
 
 
 @dataclass
 class BootResult:
-    """What the boot measured (for ``/server_info`` and the startup-timings line).
+    """What the boot measured, in the simulated node's seconds (what its log lines print).
 
     Attributes:
-        load_weight_s: Reported weight-loading seconds.
-        kv_cache_s: Reported KV-cache allocation seconds.
-        cuda_graph_s: Reported capture seconds per graph phase.
+        init_distributed_s: Distributed init.
+        load_weight_s: Target plus draft weights (``build_scheduler_startup_time`` adds them).
+        kv_cache_s: KV-cache allocation.
+        cuda_graph_s: Capture seconds per graph phase (:data:`GRAPH_PHASES`).
         graph_memory: Graph memory per phase (GiB).
-        scheduler_e2e_s: Reported scheduler start-up seconds.
+        piecewise_s: 0.5.13's piecewise CUDA graph (compile and capture).
+        scheduler_e2e_s: The scheduler's start-up: the sum of the phases above.
+        tokenizer_e2e_s: The engine's start-up as the tokenizer manager measures it
+            (``scheduler_e2e`` plus spawning the schedulers).
         started: Wall-clock start of the boot.
     """
 
+    init_distributed_s: float = 0.0
     load_weight_s: float = 0.0
     kv_cache_s: float = 0.0
-    cuda_graph_s: dict[str, float] = field(default_factory=dict)
+    cuda_graph_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(GRAPH_PHASES, 0.0))
     graph_memory: dict[str, float] = field(default_factory=dict)
+    piecewise_s: float = 0.0
     scheduler_e2e_s: float = 0.0
+    tokenizer_e2e_s: float = 0.0
     started: float = field(default_factory=time.time)
+
+    def add_graph(self, phase: str, seconds: float) -> None:
+        """Add capture seconds to a phase (adaptive states add to the same phases)."""
+        self.cuda_graph_s[phase] = self.cuda_graph_s.get(phase, 0.0) + seconds
+
+    def finish(self, *, spawn_s: float) -> None:
+        """Sum the phases into ``scheduler_e2e`` and ``tokenizer_e2e``."""
+        self.scheduler_e2e_s = (
+            self.init_distributed_s
+            + self.load_weight_s
+            + self.kv_cache_s
+            + sum(self.cuda_graph_s.values())
+            + self.piecewise_s
+        )
+        self.tokenizer_e2e_s = self.scheduler_e2e_s + spawn_s
+
+    def startup_time(self) -> dict[str, Any]:
+        """``startup_time`` as ``/server_info`` serves it (``build_engine_startup_time``,
+        observability/startup_time.py 0.5.17:11-69): critical-path seconds per phase."""
+        return {
+            "load_weight": self.load_weight_s,
+            "kv_cache_allocation": self.kv_cache_s,
+            "scheduler_e2e": self.scheduler_e2e_s,
+            "cuda_graph": {phase: self.cuda_graph_s.get(phase, 0.0) for phase in GRAPH_PHASES},
+            "tokenizer_e2e": self.tokenizer_e2e_s,
+        }
+
+    def timings_line(self) -> str:
+        """The "Engine startup timings" line (entrypoints/engine.py 0.5.17:1009-1022,
+        0.5.23:1118)."""
+        st = self.startup_time()
+        graphs = ", ".join(f"{k}={v:.2f}" for k, v in st["cuda_graph"].items())
+        return (
+            f"Engine startup timings (s): load_weight={st['load_weight']:.2f}, "
+            f"kv_cache_allocation={st['kv_cache_allocation']:.2f}, "
+            f"scheduler_e2e={st['scheduler_e2e']:.2f}, cuda_graph={{{graphs}}}, "
+            f"tokenizer_e2e={st['tokenizer_e2e']:.2f}"
+        )
 
 
 async def _pause(options: SimOptions, seconds: float) -> None:
@@ -122,6 +197,8 @@ def resolved_args(options: SimOptions, plan: NodePlan, profile: Profile) -> dict
         )
     if plan.config.moe_a2a_backend == "flashinfer":
         out["ep_size"] = plan.config.tp_size
+    if plan.config.adaptive is not None:  # False when SGLang turned it off
+        out["speculative_adaptive"] = plan.adaptive is not None
     return out
 
 
@@ -159,9 +236,13 @@ async def boot_node(
     if faults.slow_boot_s > 0:
         await asyncio.sleep(faults.slow_boot_s)
 
+    await _pause(options, boot.spawn)
+
     # -- distributed init ----------------------------------------------------------------------
-    if options.flavor == "old":
-        log.ranks("Init torch distributed begin.", tp)
+    # 0.5.13 model_runner.py:1088/1226 and 0.5.17 distributed/bootstrap.py:62/127 print "Init
+    # torch distributed"; 0.5.23 distributed/bootstrap.py:115/190 prints "Init parallel".
+    init_parallel = adaptive.version_key(options.sglang_version) >= (0, 5, 23)
+    log.ranks("Init parallel begin." if init_parallel else "Init torch distributed begin.", tp)
     await _pause(options, boot.init_distributed)
     if faults.hang_at_boot:
         await hang_forever()
@@ -194,12 +275,15 @@ async def boot_node(
         await hang_forever()
     for warning in plan.rank_warnings:
         log.ranks(warning, tp)
-    if options.flavor == "old":
+    if init_parallel:
+        log.ranks(f"Init parallel ends. elapsed={boot.init_distributed:.2f} s", tp)
+    else:
         log.ranks(
             f"Init torch distributed ends. elapsed={boot.init_distributed:.2f} s, "
             f"mem usage={hw.startup_overhead_gib:.2f} GB",
             tp,
         )
+    result.init_distributed_s = boot.init_distributed
     if await _fail_at(plan, "distributed", log=log, workers=workers):
         return None
 
@@ -233,6 +317,7 @@ async def boot_node(
             f"avail mem={avail:.2f} GB, mem usage={plan.draft_weights_gib:.2f} GB.",
             tp,
         )
+        result.load_weight_s += boot.load_draft
 
     # -- KV cache ------------------------------------------------------------------------------
     await _pause(options, boot.kv_alloc)
@@ -251,12 +336,24 @@ async def boot_node(
         return None
 
     # -- CUDA graphs ---------------------------------------------------------------------------
+    setup = plan.adaptive
+    policy = None
+    if setup is not None:
+        policy = setup.policy(plan.capture_bs if plan.graph_max_bs > 0 else None)
+        if options.flavor == "new":  # the worker's __init__ (0.5.23 eagle_worker_v2.py:1347-1355)
+            log.line(policy.initialized_line(), rank=0)
     if plan.graph_max_bs > 0:
         avail = await _capture(options, plan, profile, log, avail, result)
         if await _fail_at(plan, "capture", log=log, workers=workers):
             return None
         if await _fail_at(plan, "draft_capture", log=log, workers=workers):
             return None
+    elif plan.piecewise:
+        avail = await _piecewise(options, plan, profile, log, avail, result)
+    if setup is not None and policy is not None:
+        if options.flavor == "old":  # after the draft worker's graphs (0.5.13 :856-897)
+            log.line(policy.initialized_line(), rank=0)
+        avail = await _adaptive_states(options, plan, profile, log, avail, result)
     log.line(
         f"max_total_num_tokens={plan.max_total_num_tokens}, "
         f"chunked_prefill_size={plan.chunked_prefill_size}, "
@@ -264,17 +361,122 @@ async def boot_node(
         f"context_len={plan.context_len}, available_gpu_mem={plan.available_after_init_gib:.2f} GB",
         rank=0,
     )
-    result.scheduler_e2e_s = time.time() - result.started
-    if options.flavor == "new":
-        graphs = ", ".join(f"{k}={v:.2f}" for k, v in result.cuda_graph_s.items())
-        total = boot.launch + boot.init_distributed + boot.load_weights + boot.kv_alloc
-        total += sum(result.cuda_graph_s.values())
-        log.line(
-            f"Engine startup timings (s): load_weight={result.load_weight_s:.2f}, "
-            f"kv_cache_allocation={result.kv_cache_s:.2f}, scheduler_e2e={total:.2f}, "
-            f"cuda_graph={{{graphs}}}, tokenizer_e2e={total + 1.0:.2f}"
-        )
+    result.finish(spawn_s=boot.spawn)
+    if has_startup_time(options.sglang_version):
+        log.line(result.timings_line())
     return result
+
+
+async def _piecewise(
+    options: SimOptions,
+    plan: NodePlan,
+    profile: Profile,
+    log: SimLog,
+    avail: float,
+    result: BootResult,
+) -> float:
+    """0.5.13's piecewise CUDA graph: torch.compile, then capture per token count.
+
+    ``init_piecewise_cuda_graphs`` (model_runner.py 0.5.13:3034-3051) times it; the token list
+    is logged by piecewise_cuda_graph_runner.py:215 and the torch.compile of the dynamic-shape
+    graph by compilation/backend.py ("Compiling a graph for dynamic shape takes ... s"), as in
+    the real logs under tests/fixtures/sglang/0.5.13/.
+    """
+    tp = max(1, plan.config.tp_size)
+    boot = profile.boot
+    log.ranks(f"Capture piecewise CUDA graph begin. avail mem={avail:.2f} GB", tp)
+    log.line(f"Capture cuda graph num tokens {plan.piecewise_tokens}", rank=0)
+    await _pause(options, boot.piecewise_dynamic_compile)
+    log.ranks(
+        f"Compiling a graph for dynamic shape takes {boot.piecewise_dynamic_compile:.2f} s", tp
+    )
+    rest = boot.piecewise_per_size * len(plan.piecewise_tokens)
+    await _pause(options, rest)
+    seconds = boot.piecewise_dynamic_compile + rest
+    used = profile.memory.piecewise_graph_gib
+    log.ranks(
+        f"Capture piecewise CUDA graph end. Time elapsed: {seconds:.2f} s. "
+        f"mem usage={used:.2f} GB. avail mem={avail - used:.2f} GB.",
+        tp,
+    )
+    result.piecewise_s = seconds
+    return avail - used
+
+
+async def _adaptive_states(
+    options: SimOptions,
+    plan: NodePlan,
+    profile: Profile,
+    log: SimLog,
+    avail: float,
+    result: BootResult,
+) -> float:
+    """Build the runtime state of every other candidate (``AdaptiveController.init_states``).
+
+    Each state captures its draft graphs (0.5.13 eagle_worker_v2.py:336-397, 0.5.23:507-658)
+    and a target-verify graph (no line of its own in 0.5.23; 0.5.13's ``CudaGraphRunner`` logs
+    its batch sizes, cuda_graph_runner.py:532) over the batch sizes whose slot can pick it, then
+    "Built adaptive runtime state" (0.5.13 :1062-1068, 0.5.23 :1852-1858). 0.5.23 adds the time
+    to ``startup_time`` (``_additional_graph_time_usage``, :1835-1838).
+    """
+    assert plan.adaptive is not None
+    per_bs = profile.boot.capture_per_bs
+    mem = profile.memory
+    for steps, pruned, gib in plan.adaptive.extra_states:
+        elapsed = 0.0
+        drafted = 0.0
+        if pruned and steps > 1:
+            draft = mem.draft_graph_per_token_gib * max(pruned) * (1 + steps + 1)
+            for kind, tokens in (("decode", 1), ("extend", steps + 1)):
+                seconds = per_bs * len(pruned)
+                begin, end = _draft_capture_lines(
+                    options, kind, tokens=tokens, bs=list(pruned), avail=avail, used=draft / 2,
+                    seconds=seconds,
+                )  # fmt: skip
+                log.line(begin, rank=0)
+                await _pause(options, seconds)
+                log.line(end, rank=0)
+                avail -= draft / 2
+                drafted += draft / 2
+                elapsed += seconds
+                result.add_graph(f"draft_{kind}", seconds)
+        if pruned:
+            if options.flavor == "old":
+                log.line(f"Capture cuda graph bs {list(pruned)}", rank=0)
+            seconds = per_bs * len(pruned)
+            await _pause(options, seconds)
+            avail -= gib - drafted
+            elapsed += seconds
+            result.add_graph("target_verify", seconds)
+        log.line(adaptive.BUILT_LINE.format(steps=steps, elapsed=elapsed, mem=gib), rank=0)
+    return avail
+
+
+def _draft_capture_lines(
+    options: SimOptions,
+    kind: str,
+    *,
+    tokens: int,
+    bs: list[int],
+    avail: float,
+    used: float,
+    seconds: float,
+) -> tuple[str, str]:
+    """Begin and end lines of a draft graph capture (``kind``: ``"decode"`` or ``"extend"``)."""
+    if options.flavor == "new":  # sglang 0.5.23 speculative/eagle_worker_v2.py:513-537, 634-658
+        return (
+            f"Capture draft {kind} CUDA graph begin. backend=full, "
+            f"num_tokens_per_req={tokens}, bs={bs}, avail mem={avail:.2f} GB",
+            f"Capture draft {kind} CUDA graph end. elapsed={seconds:.2f} s, "
+            f"mem usage={used:.2f} GB, avail mem={avail - used:.2f} GB.",
+        )
+    name = "draft" if kind == "decode" else "draft extend"  # 0.5.13 eagle_worker_v2.py:342-397
+    return (
+        f"Capture {name} cuda graph begin. This can take up to several minutes. "
+        f"avail mem={avail:.2f} GB",
+        f"Capture {name} cuda graph end. Time elapsed: {seconds:.2f} s. "
+        f"mem usage={used:.2f} GB. avail mem={avail - used:.2f} GB.",
+    )
 
 
 async def _capture(
@@ -295,6 +497,8 @@ async def _capture(
     name = "target verify" if spec is not None else "target decode"
     per_req = (spec.draft_tokens or 1) if spec is not None else 1
     target_graph = plan.graph_gib
+    if plan.adaptive is not None:
+        target_graph -= sum(gib for _, _, gib in plan.adaptive.extra_states)
     draft_graph = 0.0
     if spec is not None:
         draft_graph = (
@@ -332,39 +536,24 @@ async def _capture(
             f"mem usage={target_graph:.2f} GB. avail mem={after:.2f} GB.",
             tp,
         )
-    result.cuda_graph_s[phase] = seconds
+    result.add_graph(phase, seconds)
     result.graph_memory[phase] = target_graph
     avail = after
+    if plan.piecewise:  # after the decode graphs (model_runner.py 0.5.13, as in the real logs)
+        avail = await _piecewise(options, plan, profile, log, avail, result)
     if spec is not None and (spec.steps or 0) > 1 and plan.graph_max_bs > 0:
         half = draft_graph / 2
         for kind, tokens in (("decode", spec.topk or 1), ("extend", per_req)):
-            if options.flavor == "new":
-                begin = (
-                    f"Capture draft {kind} CUDA graph begin. backend=full, "
-                    f"num_tokens_per_req={tokens}, bs={bs}, avail mem={avail:.2f} GB"
-                )
-                end = (
-                    f"Capture draft {kind} CUDA graph end. elapsed={seconds:.2f} s, "
-                    f"mem usage={half:.2f} GB, avail mem={avail - half:.2f} GB."
-                )
-            else:  # sglang 0.5.13 speculative/eagle_worker_v2.py
-                name_old = "draft" if kind == "decode" else "draft extend"
-                begin = (
-                    f"Capture {name_old} cuda graph begin. This can take up to several minutes. "
-                    f"avail mem={avail:.2f} GB"
-                )
-                end = (
-                    f"Capture {name_old} cuda graph end. Time elapsed: {seconds:.2f} s. "
-                    f"mem usage={half:.2f} GB. avail mem={avail - half:.2f} GB."
-                )
+            begin, end = _draft_capture_lines(
+                options, kind, tokens=tokens, bs=bs, avail=avail, used=half, seconds=seconds
+            )
             log.line(begin, rank=0)
             await _pause(options, seconds)
             if failing_stage == "draft_capture" and kind == "decode":
                 return avail
             log.line(end, rank=0)
             avail -= half
-        result.cuda_graph_s["draft_decode"] = seconds
-        result.cuda_graph_s["draft_extend"] = seconds
+            result.add_graph(f"draft_{kind}", seconds)
         result.graph_memory["draft_decode"] = half
         result.graph_memory["draft_extend"] = half
     return avail

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec_sweep.manifest import FlagManifest, ManifestError, load_manifest
-from spec_sweep.sim.model import NodeConfig, SpecSettings
+from spec_sweep.sim.model import AdaptiveRequest, NodeConfig, SpecSettings
 from spec_sweep.sim.texts import Flavor
 
 __all__ = [
@@ -336,6 +336,7 @@ def parse_command_line(
     if flags.bool_("enforce-disable-flashinfer-allreduce-fusion"):
         fusion_backend = None
     mfs = flags.get("mem-fraction-static")
+    adaptive = _adaptive_request(flags) if flags.bool_("speculative-adaptive") else None
     config = NodeConfig(
         flavor=flavor,
         model_path=str(flags.get("model-path")),
@@ -363,6 +364,15 @@ def parse_command_line(
         decode_log_interval=flags.int_("decode-log-interval") or 40,
         port=flags.int_("port") or 30000,
         grpc_port_env=_env_int(environ, "SGLANG_GRPC_PORT"),
+        sglang_version=version,
+        adaptive=adaptive,
+        enable_multi_layer_eagle=flags.bool_("enable-multi-layer-eagle"),
+        enable_two_batch_overlap=flags.bool_("enable-two-batch-overlap"),
+        enable_pdmux=flags.bool_("enable-pdmux"),
+        piecewise_off_flags=tuple(f for f in _PIECEWISE_OFF_FLAGS if flags.bool_(f))
+        + (("pp-size",) if (flags.int_("pp-size") or 1) > 1 else ()),
+        enforce_piecewise=flags.bool_("enforce-piecewise-cuda-graph"),
+        weight_cache_mode=str(flags.get("weight-cache-mode") or "off"),
     )
     server_args = {k: v for k, v in vars(ns).items() if not k.startswith("sim_")}
     corrupt = any(_flag_matches(server_args, item) for item in ns.sim_corrupt_output)
@@ -382,6 +392,31 @@ def parse_command_line(
         corrupt_output=corrupt,
     )
     return options, config
+
+
+#: Flags that turn 0.5.13's piecewise CUDA graph off (server_args.py 0.5.13:1342-1411,
+#: ``_handle_piecewise_cuda_graph``; ``--enforce-piecewise-cuda-graph`` overrides them all).
+_PIECEWISE_OFF_FLAGS = (
+    "disable-piecewise-cuda-graph",
+    "enable-torch-compile",
+    "enable-symm-mem",
+    "enable-lora",
+    "enable-eplb",
+    "enable-deterministic-inference",
+    "enable-hierarchical-cache",
+)
+
+
+def _adaptive_request(flags: _Flags) -> AdaptiveRequest:
+    """``--speculative-adaptive`` with its config file read (SGLang opens it as a path)."""
+    path = flags.get("speculative-adaptive-config")
+    if path is None:
+        return AdaptiveRequest()
+    try:
+        with open(str(path), encoding="utf-8") as handle:  # noqa: PTH123 (SGLang's own call)
+            return AdaptiveRequest(config_path=str(path), text=handle.read())
+    except OSError as exc:
+        return AdaptiveRequest(config_path=str(path), open_error=f"{type(exc).__name__}: {exc}")
 
 
 def _flag_matches(server_args: Mapping[str, Any], item: str) -> bool:

@@ -5,7 +5,9 @@ requests (up to ``max_running_requests`` and the KV-cache capacity; the rest que
 prefill step for newly admitted ones (their first token), then decode steps over the running batch
 whose duration comes from :class:`~spec_sweep.sim.perf.PerfModel` (per-token time grows with the
 batch; past the CUDA-graph max batch a step runs eagerly). A speculative cycle delivers an accept
-length sampled per request. Pacing is real: each step ends at an absolute deadline on the event
+length sampled per request; with adaptive speculative decoding the cycle's tree is the one SGLang's
+controller (:mod:`spec_sweep.sim.adaptive`) picks for the batch, with that many steps' time and
+acceptance. Pacing is real: each step ends at an absolute deadline on the event
 loop clock, so the client measures what the server really does. Outputs (cumulative ``text`` and
 ``output_ids``, ``meta_info`` as SGLang's tokenizer manager builds it) are pushed to a per-request
 queue as ready-made JSON, one item per step.
@@ -14,14 +16,16 @@ queue as ready-made JSON, one item per step.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
+import math
 import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec_sweep.sim.adaptive import AdaptiveController
+from spec_sweep.sim.greedy import GreedyPath
 from spec_sweep.sim.logs import SimLog
 from spec_sweep.sim.model import NodePlan
 from spec_sweep.sim.perf import AcceptSampler, PerfModel
@@ -162,18 +166,18 @@ class GenRequest:
     ids_json: str = ""
     verify_ct: int = 0
     correct_drafts: int = 0
+    proposed_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
     sampler: AcceptSampler | None = None
     rng: random.Random | None = None
     reserved_tokens: int = 0
     finished: bool = False
-    greedy_key: str | None = None
-    corrupt_after: int | None = None
-
-
-def _stable_seed(text: str) -> int:
-    """A seed that is the same in every process (unlike ``hash``)."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    greedy: GreedyPath | None = None
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    text_in_logprobs: bool = False
+    token_logprobs: list[list[Any]] = field(default_factory=list)
+    top_logprobs: list[list[list[Any]]] = field(default_factory=list)
 
 
 class Engine:
@@ -218,7 +222,13 @@ class Engine:
         self._interval_tokens = 0
         self._interval_tic = time.perf_counter()
         self._counter = 0
-        self._vocab = max(2, perf.profile.model.vocab_size)
+        self.vocab = max(2, perf.profile.model.vocab_size)
+        self.adaptive: AdaptiveController | None = None
+        if plan.adaptive is not None:
+            graphs = plan.capture_bs if plan.graph_max_bs > 0 else None
+            self.adaptive = AdaptiveController(
+                policy=plan.adaptive.policy(graphs), steps=plan.adaptive.initial_steps
+            )
 
     def next_index(self) -> int:
         """A fresh request sequence number."""
@@ -227,14 +237,15 @@ class Engine:
 
     def submit(self, request: GenRequest) -> None:
         """Queue a request for admission."""
-        if request.greedy_key is not None:
-            # Greedy decoding (temperature 0) is a function of the prompt alone.
-            request.rng = random.Random(_stable_seed(request.greedy_key))
-        else:
-            request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
+        # Greedy decoding (temperature 0) follows `request.greedy` (a function of the prompt and
+        # the configuration's numerics); sampled decoding a generator of the request.
+        request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
         if self.perf.spec is not None:
             request.sampler = self.perf.sampler(request.index, natural=request.natural)
-            request.histogram = [0] * ((self.perf.spec.steps or 0) + 1)
+            deepest = self.perf.spec.steps or 0
+            if self.adaptive is not None:
+                deepest = max(self.adaptive.policy.candidate_steps)
+            request.histogram = [0] * (deepest + 1)
         self.waiting.append(request)
         self.wake.set()
 
@@ -266,11 +277,21 @@ class Engine:
             "completion_tokens": req.generated,
             "cached_tokens": 0,
         }
+        if req.return_logprob:
+            # As TokenizerManager.add_logprob_to_meta_info builds them (0.5.13 and 0.5.17:
+            # (logprob, token id, text or None) per token; input ones empty with the default
+            # logprob_start_len -1).
+            meta["input_token_logprobs"] = []
+            meta["output_token_logprobs"] = req.token_logprobs
+            meta["output_token_logprobs_length"] = len(req.token_logprobs)
+            if req.top_logprobs_num > 0:
+                meta["input_top_logprobs"] = []
+                meta["output_top_logprobs"] = req.top_logprobs
         if finished:
             meta["e2e_latency"] = time.time() - req.created
             spec = self.perf.spec
             if spec is not None and req.verify_ct > 0:
-                proposed = req.verify_ct * ((spec.draft_tokens or 1) - 1)
+                proposed = req.proposed_drafts
                 if proposed > 0:
                     meta["spec_accept_rate"] = req.correct_drafts / proposed
                     meta["spec_accept_length"] = req.generated / req.verify_ct
@@ -302,17 +323,30 @@ class Engine:
         )
         req.queue.put_nowait(StepOutput(body, finished))
 
+    @staticmethod
+    def _record_logprobs(req: GenRequest, top: list[tuple[float, int]]) -> None:
+        def entry(logprob: float, token: int) -> list[Any]:
+            text = _WORDS[token % len(_WORDS)] if req.text_in_logprobs else None
+            return [logprob, token, text]
+
+        req.token_logprobs.append(entry(*top[0]))
+        if req.top_logprobs_num > 0:
+            req.top_logprobs.append([entry(lp, t) for lp, t in top])
+
     def _produce(self, req: GenRequest, count: int) -> None:
         rng = req.rng
         assert rng is not None
         pieces: list[str] = []
         ids: list[str] = []
         for _ in range(count):
-            if req.corrupt_after is not None and req.generated + len(ids) == req.corrupt_after:
-                # The --sim-corrupt-output fault: from here on the outputs are wrong.
-                rng = req.rng = random.Random(_stable_seed(f"corrupt:{req.greedy_key}"))
-            token = rng.randrange(self._vocab)
+            if req.greedy is not None:
+                token, top = req.greedy.step(req.top_logprobs_num)
+            else:
+                token = rng.randrange(self.vocab)
+                top = [(math.log(0.5 + 0.5 * rng.random()), token)] if req.return_logprob else []
             word = _WORDS[token % len(_WORDS)]
+            if req.return_logprob:
+                self._record_logprobs(req, top)
             pieces.append(word if not req.text and not pieces else " " + word)
             ids.append(str(token))
         new_text = "".join(pieces)
@@ -383,12 +417,18 @@ class Engine:
                         self.running.append(req)
                 continue
             batch = len(self.running)
-            seconds = self.perf.noisy(self.perf.step_ms(batch)) / 1000.0
+            steps = None
+            if self.adaptive is not None:
+                # activate_step_by_batch before the forward (eagle_worker_v2.py 0.5.23:1445)
+                for line in self.adaptive.activate_for_batch(batch):
+                    self.log.line(line, rank=0)
+                steps = self.adaptive.steps
+            seconds = self.perf.noisy(self.perf.step_ms(batch, steps)) / 1000.0
             seconds *= self._pace(self.running)
             deadline = await self._sleep_until(loop, deadline + seconds)
             if self.hung:
                 continue
-            self._decode_step()
+            self._decode_step(steps)
             self.decode_steps += 1
             if self.decode_steps % max(1, self.plan.config.decode_log_interval) == 0:
                 self._log_decode(batch)
@@ -406,18 +446,28 @@ class Engine:
             return deadline
         return now
 
-    def _decode_step(self) -> None:
+    def _decode_step(self, steps: int | None = None) -> None:
         spec = self.perf.spec
         still: list[GenRequest] = []
+        accepted: list[int] = []
+        batch = len(self.running)
+        drafts = 0
+        if spec is not None:
+            drafts = steps if steps is not None else max(0, (spec.draft_tokens or 1) - 1)
         for req in self.running:
             left = req.max_new_tokens - req.generated
             if spec is None:
                 self._produce(req, 1)
             else:
                 assert req.sampler is not None
-                produced, correct = req.sampler.next(left)
+                tail = None
+                if steps is not None:
+                    tail = self.perf.accept_tail(steps, natural=req.natural)
+                produced, correct = req.sampler.next(left, tail)
+                accepted.append(req.sampler.last_accepted)
                 req.verify_ct += 1
                 req.correct_drafts += correct
+                req.proposed_drafts += drafts
                 if correct < len(req.histogram):
                     req.histogram[correct] += 1
                 self.spec_accept_tokens += produced
@@ -431,6 +481,10 @@ class Engine:
             else:
                 still.append(req)
         self.running = still
+        if self.adaptive is not None:
+            # on_verify_complete_cpu with len(batch.reqs) (batch_result_processor.py 0.5.23:804)
+            for line in self.adaptive.on_verify_complete(accepted, batch):
+                self.log.line(line, rank=0)
 
     # -- SGLang's scheduler log lines (managers/scheduler_components/metrics_reporter.py) ------
     def _usage(self) -> str:
@@ -458,9 +512,13 @@ class Engine:
         spec = self.perf.spec
         if spec is not None and self.interval_verify_ct > 0:
             drafts = self.interval_verify_ct * max(1, (spec.draft_tokens or 1) - 1)
+            if self.adaptive is not None:
+                # the current draft tokens - 1 (metrics_reporter.py 0.5.23:975-982)
+                drafts = self.interval_verify_ct * self.adaptive.steps
+            rate = self.interval_correct / drafts if drafts > 0 else 0.0
             msg += (
                 f"accept len: {self.interval_accept_tokens / self.interval_verify_ct:.2f}, "
-                f"accept rate: {self.interval_correct / drafts:.2f}, "
+                f"accept rate: {rate:.2f}, "
             )
             self.interval_accept_tokens = self.interval_verify_ct = self.interval_correct = 0
         msg += (

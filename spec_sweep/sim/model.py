@@ -11,19 +11,23 @@ names the stage and the exact failure text. Token timing of a booted plan is
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from spec_sweep.sim import texts
+from spec_sweep.sim import adaptive, texts
 from spec_sweep.sim.profiles import Profile
 from spec_sweep.sim.texts import Flavor
 
 __all__ = [
     "GIB",
+    "AdaptiveRequest",
+    "AdaptiveSetup",
     "Failure",
     "NodeConfig",
     "NodePlan",
     "SpecSettings",
     "capture_batch_sizes",
+    "piecewise_token_sizes",
     "plan_node",
 ]
 
@@ -40,6 +44,25 @@ class SpecSettings:
     topk: int | None
     draft_tokens: int | None
     draft_model_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveRequest:
+    """``--speculative-adaptive`` as given, with its config file read by the launcher.
+
+    SGLang opens ``--speculative-adaptive-config`` as a path (``open(cfg_path)`` in
+    ``_load_adaptive_config``, every version); inline JSON is a file name that does not exist.
+
+    Attributes:
+        config_path: ``--speculative-adaptive-config``, or None (the version's default config).
+        text: The file's contents (None when there is no path or it could not be read).
+        open_error: The exception line when it could not be read
+            (``"FileNotFoundError: [Errno 2] No such file or directory: '...'"``).
+    """
+
+    config_path: str | None = None
+    text: str | None = None
+    open_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +98,19 @@ class NodeConfig:
             noise is drawn per boot, so two boots of one configuration measure differently,
             as on a real node; the same boot id reproduces the same draw.
         decode_log_interval: SGLang's ``--decode-log-interval``.
+        sglang_version: The SGLang version simulated (rules that differ within a flavor).
+        adaptive: ``--speculative-adaptive`` with its config, or None.
+        enable_multi_layer_eagle: ``--enable-multi-layer-eagle``.
+        enable_two_batch_overlap: ``--enable-two-batch-overlap``.
+        enable_pdmux: ``--enable-pdmux``.
+        piecewise_off_flags: The set flags that turn 0.5.13's piecewise CUDA graph off
+            (``--disable-piecewise-cuda-graph``, ``--enable-torch-compile``, ...).
+        enforce_piecewise: ``--enforce-piecewise-cuda-graph`` (skip those conditions).
+        weight_cache_mode: ``--weight-cache-mode`` (0.5.17+).
+
+    The fields after ``decode_log_interval`` are left out of ``repr``: the noise of a boot is
+    seeded by the ``repr`` of its configuration, and adding them must not move the draws of the
+    configurations that existed before them.
     """
 
     flavor: Flavor
@@ -103,6 +139,38 @@ class NodeConfig:
     decode_log_interval: int = 40
     port: int = 30000
     grpc_port_env: int | None = None
+    sglang_version: str = field(default="", repr=False)
+    adaptive: AdaptiveRequest | None = field(default=None, repr=False)
+    enable_multi_layer_eagle: bool = field(default=False, repr=False)
+    enable_two_batch_overlap: bool = field(default=False, repr=False)
+    enable_pdmux: bool = field(default=False, repr=False)
+    piecewise_off_flags: tuple[str, ...] = field(default=(), repr=False)
+    enforce_piecewise: bool = field(default=False, repr=False)
+    weight_cache_mode: str = field(default="off", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveSetup:
+    """Adaptive speculative decoding as the booted node runs it.
+
+    Attributes:
+        rules: The version's rules.
+        config: The parsed config.
+        initial_steps: The worker's initial ``speculative_num_steps``.
+        extra_states: ``(steps, captured batch sizes, graph GiB)`` of every runtime state built
+            at start-up besides the initial one (``AdaptiveController.init_states``).
+    """
+
+    rules: adaptive.AdaptiveRules
+    config: adaptive.AdaptiveConfig
+    initial_steps: int
+    extra_states: tuple[tuple[int, tuple[int, ...], float], ...] = ()
+
+    def policy(self, cuda_graph_bs: list[int] | None) -> adaptive.AdaptivePolicy:
+        """A fresh policy (slots) for a node whose decode graphs cover ``cuda_graph_bs``."""
+        policy = adaptive.AdaptivePolicy(self.initial_steps, self.config, self.rules)
+        policy.set_cuda_graph_bs(cuda_graph_bs)
+        return policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +224,9 @@ class NodePlan:
             ``"flashinfer_fusion"``.
         allreduce_factor: Latency factor of that implementation and the NCCL algorithm.
         nccl_algo: NCCL algorithm in use.
+        adaptive: Adaptive speculative decoding, or None (not asked for, or turned off).
+        piecewise: 0.5.13's piecewise CUDA graph is captured (``init_piecewise_cuda_graphs``).
+        piecewise_tokens: Its captured token counts.
     """
 
     config: NodeConfig
@@ -181,6 +252,9 @@ class NodePlan:
     allreduce_impl: str = "nccl"
     allreduce_factor: float = 1.0
     nccl_algo: str = "Ring"
+    adaptive: AdaptiveSetup | None = None
+    piecewise: bool = False
+    piecewise_tokens: list[int] = field(default_factory=list)
 
 
 def capture_batch_sizes(max_bs: int, *, speculative: bool) -> list[int]:
@@ -371,10 +445,67 @@ def _check_arguments(plan: NodePlan, profile: Profile) -> Failure | None:
     return None
 
 
+def _attention_dp(cfg: NodeConfig) -> bool:
+    """Attention data parallelism as SGLang sees it when it checks the adaptive mode.
+
+    0.5.13 reads ``enable_dp_attention``; 0.5.23 turns the deprecated ``--dp-size N
+    --enable-dp-attention`` into ``attn_dp_size = N`` (arg_groups/parallel_hook.py:39-61) and asks
+    ``attn_dp_size > 1`` (runtime_context.py:191-199).
+    """
+    if cfg.flavor == "old":
+        return cfg.enable_dp_attention
+    return cfg.attn_dp_size > 1 or (cfg.enable_dp_attention and cfg.dp_size > 1)
+
+
+def _adaptive_kept(
+    plan: NodePlan, rules: adaptive.AdaptiveRules, *, algorithm: str | None, topk: int | None
+) -> bool:
+    """``_maybe_disable_adaptive``: warn and turn the mode off when SGLang would."""
+    cfg = plan.config
+    reason = adaptive.unsupported_reason(
+        rules,
+        algorithm=algorithm,
+        topk=topk,
+        attention_dp=_attention_dp(cfg),
+        multi_layer_eagle=cfg.enable_multi_layer_eagle,
+        two_batch_overlap=cfg.enable_two_batch_overlap,
+        pdmux=cfg.enable_pdmux,
+    )
+    if reason is None:
+        return True
+    plan.main_warnings.append(adaptive.DISABLED_WARNING.format(reason=reason))
+    return False
+
+
+def _load_adaptive(
+    plan: NodePlan, rules: adaptive.AdaptiveRules, request: AdaptiveRequest
+) -> adaptive.AdaptiveConfig | Failure:
+    """Read the config as ``resolve_candidate_steps_from_config`` does in the main process."""
+    try:
+        return adaptive.parse_config(request.text, rules, open_error=request.open_error)
+    except adaptive.AdaptiveConfigError as exc:
+        frames = texts.adaptive_config_frames(
+            exc.where, flavor=plan.flavor, json_error=exc.json_error
+        )
+        return _main_failure(tuple(frames), exc.exception)
+
+
 def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
+    """Speculative settings as SGLang resolves them (``handle_speculative_decoding``).
+
+    With ``--speculative-adaptive``, 0.5.14+ first decides whether the mode stays on and, if so,
+    forces top-k 1, the middle candidate as the initial steps (when not given) and draft tokens
+    = steps + 1, before the EAGLE defaults (arg_groups/speculative_hook.py 0.5.23:261-264,
+    1374-1428); 0.5.13 applies the EAGLE defaults first, then decides and only checks that the
+    initial steps are a candidate (0.5.13:116-130).
+    """
     cfg = plan.config
     spec = cfg.spec
+    request = cfg.adaptive
+    rules = adaptive.adaptive_rules(cfg.sglang_version) if request is not None else None
     if spec is None:
+        if request is not None and rules is not None:
+            _adaptive_kept(plan, rules, algorithm=None, topk=None)
         return None
     algo = spec.algorithm.upper()
     if algo not in _SPEC_ALGOS:
@@ -384,9 +515,30 @@ def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
         )
     if algo == "NEXTN":
         algo = "EAGLE"
+    steps, topk, draft_tokens = spec.steps, spec.topk, spec.draft_tokens
+    config: adaptive.AdaptiveConfig | None = None
+    if (
+        request is not None
+        and rules is not None
+        and rules.resolve_first
+        and _adaptive_kept(plan, rules, algorithm=algo, topk=topk)
+    ):
+        loaded = _load_adaptive(plan, rules, request)
+        if isinstance(loaded, Failure):
+            return loaded
+        config = loaded
+        candidates = config.candidate_steps
+        topk = 1 if topk is None else topk
+        steps = candidates[len(candidates) // 2] if steps is None else steps
+        if steps not in candidates:
+            return _main_failure(
+                tuple(texts.adaptive_not_candidate_frames(flavor=plan.flavor)),
+                adaptive.steps_not_a_candidate(steps, candidates),
+            )
+        draft_tokens = steps + 1
+    # -- _handle_eagle_family --------------------------------------------------------------------
     if cfg.max_running_requests is None:
         plan.main_warnings.append(texts.SPEC_MAX_RUNNING_RESET)
-    steps, topk, draft_tokens = spec.steps, spec.topk, spec.draft_tokens
     if steps is None:
         if topk is not None or draft_tokens is not None:
             return _main_failure(
@@ -410,11 +562,39 @@ def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
     if topk == 1 and draft_tokens != steps + 1:
         plan.main_warnings.append(texts.SPEC_DRAFT_TOKENS_ADJUSTED)
         draft_tokens = steps + 1
+    if (
+        request is not None
+        and rules is not None
+        and not rules.resolve_first
+        and _adaptive_kept(plan, rules, algorithm=algo, topk=topk)
+    ):
+        loaded = _load_adaptive(plan, rules, request)
+        if isinstance(loaded, Failure):
+            return loaded
+        config = loaded
+        if steps not in config.candidate_steps:
+            return _main_failure(
+                tuple(texts.adaptive_not_candidate_frames(flavor=plan.flavor)),
+                adaptive.steps_not_a_candidate(steps, config.candidate_steps),
+            )
     draft_path = spec.draft_model_path
     if draft_path is None and profile.model.builtin_mtp:
         draft_path = cfg.model_path
     plan.spec = SpecSettings(algo, steps, topk, draft_tokens, draft_path)
+    if config is not None and rules is not None:
+        plan.adaptive = AdaptiveSetup(rules=rules, config=config, initial_steps=steps)
     return None
+
+
+def _check_weight_cache(plan: NodePlan) -> Failure | None:
+    """The weight-cache daemon does not export a draft model: SGLang refuses the pair.
+
+    0.5.17 server_args.py:7326-7332 (``_handle_load_format``); 0.5.23
+    arg_groups/model_path_hook.py:281-287 (``handle_load_format``, after the speculative hook).
+    """
+    if plan.config.weight_cache_mode == "off" or plan.config.spec is None:
+        return None
+    return _main_failure(texts.WEIGHT_CACHE_SPEC_FRAMES, f"ValueError: {texts.WEIGHT_CACHE_SPEC}")
 
 
 def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
@@ -429,7 +609,12 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
     """
     hw, model, mem = profile.hardware, profile.model, profile.memory
     plan = NodePlan(config=config, flavor=config.flavor)
-    failure = _check_ports(plan) or _check_arguments(plan, profile) or _resolve_spec(plan, profile)
+    failure = (
+        _check_ports(plan)
+        or _check_arguments(plan, profile)
+        or _resolve_spec(plan, profile)
+        or _check_weight_cache(plan)
+    )
     if failure is not None:
         plan.failure = failure
         return plan
@@ -602,10 +787,16 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
     # -- CUDA graphs ---------------------------------------------------------------------------
     plan.graph_max_bs = 0 if config.cuda_graph_disabled else min(max_bs, plan.max_running_requests)
     plan.capture_bs = capture_batch_sizes(plan.graph_max_bs, speculative=spec is not None)
+    adaptive_gib = 0.0
+    if plan.adaptive is not None:
+        plan.adaptive = _with_extra_states(plan.adaptive, plan, profile)
+        adaptive_gib = sum(gib for _, _, gib in plan.adaptive.extra_states)
     if plan.graph_max_bs > 0:
         per_req = (spec.draft_tokens or 1) if spec is not None else 1
         graph = mem.graph_base_gib + mem.graph_per_token_gib * plan.graph_max_bs * per_req
-        if graph + mem.capture_workspace_gib > avail:
+        # An adaptive node also captures a runtime state per other candidate (init_states);
+        # when those do not fit, the simulator fails it like the decode capture.
+        if graph + adaptive_gib + mem.capture_workspace_gib > avail:
             free = max(0.05, avail - graph * 0.7)
             tried = min(mem.capture_workspace_gib, max(0.25, graph * 0.3 + 0.5))
             err = _oom(
@@ -627,7 +818,9 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
         avail -= graph
         plan.graph_gib = graph
     if spec is not None:
-        failure = _draft_tree_failure(plan, spec, profile)
+        # (an adaptive node may start at 0 steps, 0.5.14+: it verifies a trivial input)
+        zero_start = plan.adaptive is not None and spec.steps == 0
+        failure = None if zero_start else _draft_tree_failure(plan, spec, profile)
         if failure is not None:
             plan.failure = failure
             return plan
@@ -639,8 +832,84 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
             )
             avail -= draft
             plan.graph_gib += draft
+    avail -= adaptive_gib
+    plan.graph_gib += adaptive_gib
+    if _piecewise_on(config, profile):
+        max_tokens = 2048 if model.mla else plan.chunked_prefill_size
+        if config.context_length is not None:
+            max_tokens = min(max_tokens, config.context_length)
+        plan.piecewise = True
+        plan.piecewise_tokens = piecewise_token_sizes(max_tokens)
+        avail -= mem.piecewise_graph_gib
     plan.available_after_init_gib = avail
     return plan
+
+
+def _piecewise_on(config: NodeConfig, profile: Profile) -> bool:
+    """Whether SGLang 0.5.13 captures its piecewise (torch.compile) CUDA graph.
+
+    ``_handle_piecewise_cuda_graph`` (server_args.py 0.5.13:1342-1411) turns it off for
+    multimodal models, DP attention, an MoE A2A backend and the flags in
+    ``NodeConfig.piecewise_off_flags``, unless ``--enforce-piecewise-cuda-graph``; later versions
+    replaced it (0.5.23 has a "prefill CUDA graph" with its own rules, not simulated).
+    """
+    if config.flavor != "old":
+        return False
+    if config.enforce_piecewise:
+        return True
+    return not (
+        profile.model.multimodal
+        or config.enable_dp_attention
+        or config.moe_a2a_backend != "none"
+        or config.piecewise_off_flags
+    )
+
+
+def piecewise_token_sizes(max_tokens: int) -> list[int]:
+    """0.5.13's piecewise capture sizes (``_generate_piecewise_cuda_graph_tokens``,
+    server_args.py 0.5.13:1708-1726); the maximum is 2048 for MLA models, else the chunked
+    prefill size (:1557-1564).
+
+    Args:
+        max_tokens: ``piecewise_cuda_graph_max_tokens``.
+
+    Returns:
+        Token counts, ascending.
+    """
+    sizes = [
+        *range(4, 33, 4),
+        *range(48, 257, 16),
+        *range(288, 513, 32),
+        *range(576, 1024 + 1, 64),
+        *range(1280, 4096 + 1, 256),
+        *range(4608, max_tokens + 1, 512),
+    ]
+    return [s for s in sizes if s <= max_tokens]
+
+
+def _with_extra_states(setup: AdaptiveSetup, plan: NodePlan, profile: Profile) -> AdaptiveSetup:
+    """The runtime states ``AdaptiveController.init_states`` builds besides the initial one.
+
+    Each other candidate gets a target-verify graph and draft graphs (a draft-decode graph only
+    above one step, eagle_worker_v2.py 0.5.23:507) over the captured batch sizes whose slot can
+    pick it (``cuda_graph_bs_for_step``); none when no slot can (0.5.23:1944-1950 then turns
+    capture off for that state). Memory per state follows the profile's per-token graph costs.
+    """
+    mem = profile.memory
+    graphs = plan.capture_bs if plan.graph_max_bs > 0 else None
+    policy = setup.policy(graphs)
+    states = []
+    for steps in policy.candidate_steps:
+        if steps == setup.initial_steps:
+            continue
+        pruned = policy.cuda_graph_bs_for_step(steps) or []
+        gib = 0.0
+        if pruned:
+            top = max(pruned)
+            gib = mem.graph_per_token_gib * top * (steps + 1)
+            gib += mem.draft_graph_per_token_gib * top * (1 + steps + 1)
+        states.append((steps, tuple(pruned), gib))
+    return dataclasses.replace(setup, extra_states=tuple(states))
 
 
 def _draft_tree_failure(plan: NodePlan, spec: SpecSettings, profile: Profile) -> Failure | None:

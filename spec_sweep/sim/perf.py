@@ -14,7 +14,7 @@ import hashlib
 import math
 import random
 
-from spec_sweep.sim.model import NodePlan
+from spec_sweep.sim.model import NodePlan, SpecSettings
 from spec_sweep.sim.profiles import Profile
 
 __all__ = ["AcceptSampler", "PerfModel"]
@@ -48,34 +48,44 @@ class AcceptSampler:
     per-cycle sequence still varies like a real one. ``u_0`` comes from the seed.
     """
 
-    __slots__ = ("_cdf_tail", "_u")
+    __slots__ = ("_cdf_tail", "_u", "last_accepted")
 
     def __init__(self, rates: list[float], *, seed: int) -> None:
-        # tail[k] = P(accept length >= k + 2), i.e. the first k + 1 draft depths accepted
+        self._cdf_tail = self.tail_of(rates)
+        self._u = random.Random(seed).random()
+        self.last_accepted = 0
+
+    @staticmethod
+    def tail_of(rates: list[float]) -> list[float]:
+        """``tail[k]`` = P(accept length >= k + 2): the first k + 1 draft depths accepted."""
         tail: list[float] = []
         prob = 1.0
         for q in rates:
             prob *= q
             tail.append(prob)
-        self._cdf_tail = tail
-        self._u = random.Random(seed).random()
+        return tail
 
-    def next(self, limit: int) -> tuple[int, int]:
+    def next(self, limit: int, tail: list[float] | None = None) -> tuple[int, int]:
         """Draw one cycle.
 
         Args:
             limit: Tokens still allowed for the request (>= 1).
+            tail: This cycle's :meth:`tail_of` when the tree changes between cycles (adaptive
+                speculative decoding); the sampler's own otherwise.
 
         Returns:
-            (tokens produced this cycle incl. the bonus token, draft tokens accepted).
+            (tokens produced this cycle incl. the bonus token, draft tokens accepted). The
+            draft tokens the verify accepted before the request's limit cut them is kept in
+            ``last_accepted`` (what SGLang feeds its adaptive controller).
         """
         self._u = (self._u + _GOLDEN) % 1.0
         accepted = 0
-        for p in self._cdf_tail:
+        for p in self._cdf_tail if tail is None else tail:
             if self._u < p:
                 accepted += 1
             else:
                 break
+        self.last_accepted = accepted
         produced = min(accepted + 1, limit)
         return produced, min(accepted, produced - 1)
 
@@ -94,10 +104,15 @@ class PerfModel:
         self.perf = profile.perf
         self.spec = plan.spec
         self._ep = self.perf.ep_decode_factor if plan.config.ep_size > 1 else 1.0
-        rng = random.Random(_seed_of(profile.name, plan.config, "boot"))
+        # Fields left out of the configuration's repr (so older configurations keep their
+        # draws) still make a different boot when they are set: the adaptive config's contents
+        # (not its path, which may be a temporary file's).
+        adaptive = plan.config.adaptive
+        self._extra: tuple[object, ...] = ("adaptive", adaptive.text) if adaptive else ()
+        rng = random.Random(_seed_of(profile.name, plan.config, "boot", *self._extra))
         sigma = self.perf.noise_boot_sigma
         self.boot_factor = min(1 + 2.5 * sigma, max(1 - 2.5 * sigma, rng.gauss(1.0, sigma)))
-        self._step_rng = random.Random(_seed_of(profile.name, plan.config, "steps"))
+        self._step_rng = random.Random(_seed_of(profile.name, plan.config, "steps", *self._extra))
         # Within-boot drift: a slowly wandering speed factor (AR(1) over scheduler steps, the
         # stationary sd `drift_sigma`), so consecutive requests of one boot differ by a few
         # percent as on a real node (clocks, host noise), beyond the per-step jitter.
@@ -117,6 +132,7 @@ class PerfModel:
             else ()
         )
         self._rates = tuple(rates)
+        self._tails: dict[tuple[int, bool], list[float]] = {}
 
     # -- building blocks -----------------------------------------------------------------------
     def allreduce_ms(self, kind: str, tokens: int) -> float:
@@ -158,37 +174,63 @@ class PerfModel:
         comm = self.perf.ar_count * self.allreduce_ms("decode", batch)
         return self._graph_adjust((compute + comm) * self._ep, batch)
 
-    def verify_ms(self, batch: int) -> float:
-        """Mean time of the verify forward of one speculative cycle."""
+    def tree(self, steps: int | None = None) -> SpecSettings:
+        """The draft tree of a cycle: the booted one, or an adaptive state of ``steps`` steps
+        (top-k 1, ``steps + 1`` draft tokens: ``AdaptiveController.init_states``)."""
         assert self.spec is not None
-        tokens = batch * (self.spec.draft_tokens or 1)
+        if steps is None:
+            return self.spec
+        return dataclasses.replace(self.spec, steps=steps, topk=1, draft_tokens=steps + 1)
+
+    def verify_ms(self, batch: int, steps: int | None = None) -> float:
+        """Mean time of the verify forward of one speculative cycle."""
+        tree = self.tree(steps)
+        tokens = batch * (tree.draft_tokens or 1)
         compute = self.perf.verify_compute_ms + self.perf.verify_per_token_ms * (tokens - 1)
         return (compute + self.perf.ar_count * self.allreduce_ms("verify", tokens)) * self._ep
 
-    def spec_cycle_ms(self, batch: int) -> float:
-        """Mean time of one speculative cycle (draft steps + verify + draft extend)."""
-        assert self.spec is not None
-        topk, steps = self.spec.topk or 1, self.spec.steps or 0
+    def spec_cycle_ms(self, batch: int, steps: int | None = None) -> float:
+        """Mean time of one speculative cycle (draft steps + verify + draft extend).
+
+        At 0 steps (an adaptive state, SGLang 0.5.14+) nothing is drafted and the target runs
+        one token per request, a decode-sized forward (``_build_trivial_verify_input``,
+        eagle_worker_v2.py 0.5.23:1468-1471); the draft extend still runs to keep the draft's
+        KV cache warm (``SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND`` defaults to false,
+        environ.py 0.5.23:1577).
+        """
+        tree = self.tree(steps)
+        topk, n_steps = tree.topk or 1, tree.steps or 0
         per_req = self.perf.draft_per_req_ms * (batch - 1)
+        extend = (
+            self.perf.draft_extend_ms
+            + per_req
+            + self.perf.draft_ar_count
+            * self.allreduce_ms("draft", batch * (tree.draft_tokens or 1))
+        )
+        if steps == 0:
+            compute = self.perf.decode_compute_ms + self.perf.decode_compute_per_req_ms * (
+                batch - 1
+            )
+            target = (compute + self.perf.ar_count * self.allreduce_ms("decode", batch)) * self._ep
+            return self._graph_adjust(target + extend + self.perf.spec_overhead_ms, batch)
         draft_step = (
             self.perf.draft_step_ms * (1 + self.perf.draft_topk_cost * (topk - 1))
             + per_req
             + self.perf.draft_ar_count * self.allreduce_ms("draft", batch * topk)
         )
-        extend = (
-            self.perf.draft_extend_ms
-            + per_req
-            + self.perf.draft_ar_count
-            * self.allreduce_ms("draft", batch * (self.spec.draft_tokens or 1))
+        total = (
+            n_steps * draft_step
+            + self.verify_ms(batch, steps)
+            + extend
+            + self.perf.spec_overhead_ms
         )
-        total = steps * draft_step + self.verify_ms(batch) + extend + self.perf.spec_overhead_ms
         return self._graph_adjust(total, batch)
 
-    def step_ms(self, batch: int) -> float:
+    def step_ms(self, batch: int, steps: int | None = None) -> float:
         """Mean time of one scheduler step (decode step or speculative cycle)."""
         if self.spec is None:
             return self.decode_step_ms(batch)
-        return self.spec_cycle_ms(batch)
+        return self.spec_cycle_ms(batch, steps)
 
     def noisy(self, ms: float) -> float:
         """``ms`` times the per-boot factor and a seeded per-step jitter."""
@@ -209,19 +251,21 @@ class PerfModel:
         return ms * self._ep
 
     # -- acceptance ----------------------------------------------------------------------------
-    def depth_acceptance(self, *, natural: bool) -> list[float]:
+    def depth_acceptance(self, *, natural: bool, steps: int | None = None) -> list[float]:
         """P(accept depth d | shallower depths accepted) for this tree, d = 1..steps.
 
         Args:
             natural: Text prompts (True) or random token ids (False).
+            steps: An adaptive state's steps (None: the booted tree).
 
         Returns:
             One probability per draft depth.
         """
         if self.spec is None:
             return []
-        steps, topk = self.spec.steps or 0, self.spec.topk or 1
-        nodes = max(0, (self.spec.draft_tokens or 1) - 1)
+        tree = self.tree(steps)
+        steps, topk = tree.steps or 0, tree.topk or 1
+        nodes = max(0, (tree.draft_tokens or 1) - 1)
         factor = 1.0 if natural else self.perf.random_token_factor
         budget = [0] * steps
         for d in range(min(steps, nodes)):
@@ -241,23 +285,39 @@ class PerfModel:
             out.append(1.0 - (1.0 - p) * (1.0 - gain) ** (budget[d] - 1))
         return out
 
-    def expected_accept_length(self, *, natural: bool = True) -> float:
+    def expected_accept_length(self, *, natural: bool = True, steps: int | None = None) -> float:
         """Expected tokens per cycle (bonus token included)."""
         length, prob = 1.0, 1.0
-        for q in self.depth_acceptance(natural=natural):
+        for q in self.depth_acceptance(natural=natural, steps=steps):
             prob *= q
             length += prob
         return length
 
-    def expected_decode_tok_s(self, batch: int = 1, *, natural: bool = True) -> float:
+    def expected_decode_tok_s(
+        self, batch: int = 1, *, natural: bool = True, steps: int | None = None
+    ) -> float:
         """Steady-state decode speed of one request (tokens/s), without noise."""
         if self.spec is None:
             return 1000.0 / self.decode_step_ms(batch)
-        return 1000.0 * self.expected_accept_length(natural=natural) / self.spec_cycle_ms(batch)
+        length = self.expected_accept_length(natural=natural, steps=steps)
+        return 1000.0 * length / self.spec_cycle_ms(batch, steps)
+
+    def accept_tail(self, steps: int, *, natural: bool) -> list[float]:
+        """The sampler tail (:meth:`AcceptSampler.tail_of`) of an adaptive state (cached)."""
+        key = (steps, natural)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._tails[key] = AcceptSampler.tail_of(
+                self.depth_acceptance(natural=natural, steps=steps)
+            )
+        return tail
 
     def sampler(self, request_index: int, *, natural: bool) -> AcceptSampler:
         """A seeded accept-length sampler for one request."""
         rates = self.depth_acceptance(natural=natural)
         return AcceptSampler(
-            rates, seed=_seed_of(self.profile.name, self.plan.config, "accept", request_index)
+            rates,
+            seed=_seed_of(
+                self.profile.name, self.plan.config, "accept", request_index, *self._extra
+            ),
         )

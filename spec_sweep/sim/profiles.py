@@ -71,6 +71,8 @@ class ModelSpec:
     ep_weight_overhead_gib: float
     kv_bytes_per_token: int
     builtin_mtp: bool
+    multimodal: bool = False
+    mla: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,23 @@ class DraftSpec:
 
 @dataclass(frozen=True, slots=True)
 class BootSeconds:
-    """Real boot-stage durations in seconds (scaled by the time scale)."""
+    """Real boot-stage durations in seconds (scaled by the time scale).
+
+    Attributes:
+        launch: Imports, argument resolution, tokenizer, before the engine starts its processes.
+        init_distributed: Distributed init per scheduler.
+        load_weights: Target weights.
+        load_draft: Draft weights.
+        kv_alloc: KV-cache allocation.
+        capture_per_bs: One graph phase, per captured batch size.
+        server_start: HTTP server start.
+        warmup: The warm-up request.
+        spawn: From the engine's start to the schedulers' start (the difference between
+            ``tokenizer_e2e`` and ``scheduler_e2e`` in ``startup_time``).
+        piecewise_dynamic_compile: 0.5.13 piecewise CUDA graph: torch.compile of the
+            dynamic-shape graph ("Compiling a graph for dynamic shape takes ... s").
+        piecewise_per_size: 0.5.13 piecewise CUDA graph: compile and capture per token count.
+    """
 
     launch: float
     init_distributed: float
@@ -95,6 +113,9 @@ class BootSeconds:
     capture_per_bs: float
     server_start: float
     warmup: float
+    spawn: float = 1.0
+    piecewise_dynamic_compile: float = 0.0
+    piecewise_per_size: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +127,7 @@ class MemorySpec:
     graph_per_token_gib: float
     draft_graph_per_token_gib: float
     a2a_workspace_gib: float
+    piecewise_graph_gib: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +300,12 @@ class _Reader:
             raise ProfileError(f"{self._where(key)}: expected a string, got {value!r}")
         return str(value)
 
+    def opt_num(self, key: str, default: float) -> float:
+        return self.num(key) if key in self.data else default
+
+    def opt_bool(self, key: str, default: bool) -> bool:
+        return self.bool_(key) if key in self.data else default
+
     def bool_(self, key: str) -> bool:
         value = self._get(key)
         if not isinstance(value, bool):
@@ -350,6 +378,8 @@ def _build(raw: dict[str, Any], origin: str) -> Profile:
         ep_weight_overhead_gib=m.num("ep_weight_overhead_gib"),
         kv_bytes_per_token=m.int_("kv_bytes_per_token", minimum=1),
         builtin_mtp=m.bool_("builtin_mtp"),
+        multimodal=m.opt_bool("multimodal", False),
+        mla=m.opt_bool("mla", False),
     )
     d = top.sub("draft")
     draft = DraftSpec(
@@ -368,6 +398,9 @@ def _build(raw: dict[str, Any], origin: str) -> Profile:
         capture_per_bs=b.num("capture_per_bs"),
         server_start=b.num("server_start"),
         warmup=b.num("warmup"),
+        spawn=b.opt_num("spawn", 1.0),
+        piecewise_dynamic_compile=b.opt_num("piecewise_dynamic_compile", 0.0),
+        piecewise_per_size=b.opt_num("piecewise_per_size", 0.0),
     )
     mem = top.sub("memory")
     memory = MemorySpec(
@@ -376,6 +409,7 @@ def _build(raw: dict[str, Any], origin: str) -> Profile:
         graph_per_token_gib=mem.num("graph_per_token_gib"),
         draft_graph_per_token_gib=mem.num("draft_graph_per_token_gib"),
         a2a_workspace_gib=mem.num("a2a_workspace_gib"),
+        piecewise_graph_gib=mem.opt_num("piecewise_graph_gib", 0.0),
     )
     p = top.sub("perf")
     dec, pre, ar, spec = p.sub("decode"), p.sub("prefill"), p.sub("allreduce"), p.sub("speculative")

@@ -27,9 +27,16 @@ from typing import Any
 from aiohttp import web
 
 from spec_sweep.sim import texts
-from spec_sweep.sim.boot import BootResult, boot_node, emit_scheduler_failure, resolved_args
+from spec_sweep.sim.boot import (
+    BootResult,
+    boot_node,
+    emit_scheduler_failure,
+    has_startup_time,
+    resolved_args,
+)
 from spec_sweep.sim.cli import SimOptions, parse_command_line
 from spec_sweep.sim.engine import Engine, GenRequest
+from spec_sweep.sim.greedy import GreedyPath, numerics_key
 from spec_sweep.sim.logs import SimLog
 from spec_sweep.sim.model import NodePlan, plan_node
 from spec_sweep.sim.perf import PerfModel
@@ -111,6 +118,7 @@ class SimServer:
         self.boot: BootResult | None = None
         self.never = asyncio.Event()
         self.served_model_name = options.served_model_name or plan.config.model_path
+        self._numerics = numerics_key(options.server_args, os.environ)
 
     # -- helpers -------------------------------------------------------------------------------
     def _client(self, request: web.Request) -> str:
@@ -230,22 +238,17 @@ class SimServer:
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future "
                 "version. Please use '/server_info' instead."
             )
-        boot = self.boot
-        startup = {
-            "load_weight": boot.load_weight_s if boot else 0.0,
-            "kv_cache_allocation": boot.kv_cache_s if boot else 0.0,
-            "scheduler_e2e": boot.scheduler_e2e_s if boot else 0.0,
-            "cuda_graph": dict(boot.cuda_graph_s) if boot else {},
-        }
         payload: dict[str, Any] = {
             **self._server_args(),
             "status": "ready",
             "max_total_num_tokens": self.plan.max_total_num_tokens,
             "max_req_input_len": self.plan.context_len - 1,
-            "startup_time": startup,
-            "internal_states": [self.internal_state()],
-            "version": self.options.sglang_version,
         }
+        if has_startup_time(self.options.sglang_version):
+            # http_server.py 0.5.17:798, 0.5.23:886: the tokenizer manager's startup_time
+            payload["startup_time"] = (self.boot or BootResult()).startup_time()
+        payload["internal_states"] = [self.internal_state()]
+        payload["version"] = self.options.sglang_version
         if self.options.flavor == "new":
             payload["frontend"] = "python"
         return self._json(payload)
@@ -298,12 +301,23 @@ class SimServer:
         natural: bool,
         stream: bool = False,
         greedy_key: str | None = None,
+        logprobs: tuple[bool, int, bool] = (False, 0, False),
     ) -> GenRequest:
         index = self.engine.next_index()
-        corrupt = self.options.corrupt_output and greedy_key is not None
+        greedy = None
+        if greedy_key is not None:
+            greedy = GreedyPath(
+                key=greedy_key,
+                numerics=self._numerics,
+                vocab=self.engine.vocab,
+                corrupt_after=_CORRUPT_AFTER if self.options.corrupt_output else None,
+            )
+        return_logprob, top_n, text_in_logprobs = logprobs
         return GenRequest(
-            greedy_key=greedy_key,
-            corrupt_after=_CORRUPT_AFTER if corrupt else None,
+            greedy=greedy,
+            return_logprob=return_logprob,
+            top_logprobs_num=top_n,
+            text_in_logprobs=text_in_logprobs,
             rid=rid or uuid.uuid4().hex,
             prompt_tokens=prompt_tokens,
             max_new_tokens=max_new_tokens,
@@ -386,6 +400,11 @@ class SimServer:
         rid = body.get("rid") if isinstance(body.get("rid"), str) else None
         greedy = params.get("temperature", 1.0) == 0
         keys = _prompt_keys(text, ids) if greedy else [None] * len(prompts)
+        logprobs = (
+            bool(body.get("return_logprob", False)),
+            int(body.get("top_logprobs_num") or 0),
+            bool(body.get("return_text_in_logprobs", False)),
+        )
         reqs = [
             self._new_request(
                 rid if len(prompts) == 1 else None,
@@ -394,6 +413,7 @@ class SimServer:
                 natural=natural,
                 stream=stream,
                 greedy_key=key,
+                logprobs=logprobs,
             )
             for (p, natural), key in zip(prompts, keys, strict=True)
         ]

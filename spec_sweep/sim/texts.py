@@ -882,3 +882,132 @@ IMPORT_FRAMES: tuple[Frame, ...] = (
     ("srt/layers/attention/vision.py", 47, "<module>",
      "from flashinfer.prefill import cudnn_batch_prefill_with_kv_cache"),
 )  # fmt: skip
+
+
+# -- adaptive speculative decoding: where SGLang raises while reading its config ---------------
+# Exact frames of the wheels (sglang/...), outermost first. 0.5.13 checks the config in
+# ServerArgs.__post_init__ -> handle_speculative_decoding -> validate_adaptive_initial_steps;
+# 0.5.23 in resolve_once -> run_resolution_pipeline -> _init_adaptive_speculative_params.
+ADAPTIVE_MAIN_OLD: tuple[Frame, ...] = (
+    ("<frozen runpy>", 198, "_run_module_as_main", ""),
+    ("<frozen runpy>", 88, "_run_code", ""),
+    ("launch_server.py", 66, "<module>", "server_args = prepare_server_args(sys.argv[1:])"),
+    ("srt/server_args.py", 8009, "prepare_server_args",
+     "return ServerArgs.from_cli_args(raw_args)"),
+    ("srt/server_args.py", 7284, "from_cli_args",
+     "return cls(**{attr: getattr(args, attr) for attr in attrs})"),
+    ("<string>", 399, "__init__", ""),
+    ("srt/server_args.py", 1019, "__post_init__", "handle_speculative_decoding(self)"),
+    ("srt/arg_groups/speculative_hook.py", 127, "handle_speculative_decoding",
+     "validate_adaptive_initial_steps("),
+)  # fmt: skip
+ADAPTIVE_LOAD_OLD: tuple[Frame, ...] = (
+    ("srt/speculative/adaptive_spec_params.py", 134, "validate_adaptive_initial_steps",
+     "candidate_steps = resolve_candidate_steps_from_config(cfg_path)"),
+    ("srt/speculative/adaptive_spec_params.py", 122, "resolve_candidate_steps_from_config",
+     "_, bs_entries = _load_adaptive_config(cfg_path)"),
+)  # fmt: skip
+ADAPTIVE_NOT_CANDIDATE_OLD: tuple[Frame, ...] = (
+    ("srt/speculative/adaptive_spec_params.py", 136, "validate_adaptive_initial_steps",
+     "raise ValueError("),
+)  # fmt: skip
+ADAPTIVE_MAIN_NEW: tuple[Frame, ...] = (
+    ("<frozen runpy>", 198, "_run_module_as_main", ""),
+    ("<frozen runpy>", 88, "_run_code", ""),
+    ("launch_server.py", 84, "<module>", "run_server(server_args)"),
+    ("launch_server.py", 29, "run_server", "server_args.resolve_once()"),
+    ("srt/server_args.py", 277, "resolve_once", "run_resolution_pipeline(self)"),
+    ("srt/arg_groups/pipeline.py", 306, "run_resolution_pipeline",
+     "run_hook(handle_speculative_decoding, server_args)"),
+    ("srt/arg_groups/resolution_hooks.py", 139, "run_hook", "step(server_args)"),
+    ("srt/arg_groups/speculative_hook.py", 264, "handle_speculative_decoding",
+     "_init_adaptive_speculative_params(server_args)"),
+)  # fmt: skip
+ADAPTIVE_LOAD_NEW: tuple[Frame, ...] = (
+    ("srt/arg_groups/speculative_hook.py", 1398, "_init_adaptive_speculative_params",
+     "candidate_steps = resolve_candidate_steps_from_config("),
+    ("srt/speculative/adaptive_spec_params.py", 146, "resolve_candidate_steps_from_config",
+     "_, bs_entries = _load_adaptive_config(cfg_path)"),
+)  # fmt: skip
+ADAPTIVE_NOT_CANDIDATE_NEW: tuple[Frame, ...] = (
+    ("srt/arg_groups/speculative_hook.py", 1417, "_init_adaptive_speculative_params",
+     "raise ValueError("),
+)  # fmt: skip
+#: The raising line of ``_load_adaptive_config`` by what went wrong: (0.5.13 line, 0.5.23 line,
+#: code). adaptive_spec_params.py 0.5.13:88-110, 0.5.23:111-134.
+ADAPTIVE_LOAD_LINES: dict[str, tuple[int, int, str]] = {
+    "open": (88, 111, "with open(cfg_path) as f:"),
+    "json": (89, 112, "cfg = json.load(f)"),
+    "items": (94, 117, "for key, entry in cfg.items():"),
+    "entry": (98, 121, 'steps = entry.get("candidate_steps")'),
+    "candidates": (104, 127, "raise ValueError("),
+    "no_keys": (110, 134, "raise ValueError("),
+}
+# CPython 3.12 json (the image's /usr/lib/python3.12): json.load -> loads -> decode -> raw_decode;
+# "Expecting value" is raised by raw_decode itself, other messages by the C scanner it calls.
+_JSON = "/usr/lib/python3.12/json"
+JSON_LOAD: tuple[Frame, ...] = (
+    (f"{_JSON}/__init__.py", 293, "load", "return loads(fp.read(),"),
+    (f"{_JSON}/__init__.py", 346, "loads", "return _default_decoder.decode(s)"),
+    (f"{_JSON}/decoder.py", 337, "decode", "obj, end = self.raw_decode(s, idx=_w(s, 0).end())"),
+)
+JSON_SCAN: Frame = (f"{_JSON}/decoder.py", 353, "raw_decode", "obj, end = self.scan_once(s, idx)")
+JSON_NO_VALUE: Frame = (
+    f"{_JSON}/decoder.py",
+    355,
+    "raw_decode",
+    'raise JSONDecodeError("Expecting value", s, err.value) from None',
+)
+
+
+def adaptive_config_frames(where: str, *, flavor: Flavor, json_error: str = "") -> list[Frame]:
+    """Traceback frames of an exception raised while SGLang reads the adaptive config.
+
+    Args:
+        where: What failed (``AdaptiveConfigError.where``).
+        flavor: ``"old"`` (0.5.13 frames) or ``"new"`` (0.5.23 frames).
+        json_error: The JSON decoder's message, for ``where == "json"``.
+
+    Returns:
+        Frames, outermost first.
+    """
+    old = flavor == "old"
+    frames = list(
+        ADAPTIVE_MAIN_OLD + ADAPTIVE_LOAD_OLD if old else ADAPTIVE_MAIN_NEW + ADAPTIVE_LOAD_NEW
+    )
+    line_old, line_new, code = ADAPTIVE_LOAD_LINES[where]
+    frames.append(
+        (
+            "srt/speculative/adaptive_spec_params.py",
+            line_old if old else line_new,
+            "_load_adaptive_config",
+            code,
+        )
+    )
+    if where == "json":
+        frames.extend(JSON_LOAD)
+        frames.append(JSON_NO_VALUE if json_error == "Expecting value" else JSON_SCAN)
+    return frames
+
+
+def adaptive_not_candidate_frames(*, flavor: Flavor) -> list[Frame]:
+    """Traceback frames of the "is not in the adaptive config candidate_steps" ValueError."""
+    if flavor == "old":
+        return [*ADAPTIVE_MAIN_OLD, *ADAPTIVE_NOT_CANDIDATE_OLD]
+    return [*ADAPTIVE_MAIN_NEW, *ADAPTIVE_NOT_CANDIDATE_NEW]
+
+
+# sglang/srt/arg_groups/model_path_hook.py (0.5.23, handle_load_format:281-287), after the
+# speculative hook in the resolution pipeline (pipeline.py:306, 326).
+WEIGHT_CACHE_SPEC = (
+    "--weight-cache-mode is not supported together with speculative decoding "
+    "(--speculative-algorithm): the weight cache daemon does not export the draft model's "
+    "weights. Disable one of them (--weight-cache-mode off) for this configuration."
+)
+WEIGHT_CACHE_SPEC_FRAMES: tuple[Frame, ...] = (
+    *ADAPTIVE_MAIN_NEW[:5],
+    ("srt/arg_groups/pipeline.py", 326, "run_resolution_pipeline",
+     "run_hook(handle_load_format, server_args)"),
+    ("srt/arg_groups/resolution_hooks.py", 139, "run_hook", "step(server_args)"),
+    ("srt/arg_groups/model_path_hook.py", 282, "handle_load_format", "raise ValueError("),
+)  # fmt: skip

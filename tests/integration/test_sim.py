@@ -450,3 +450,183 @@ def test_simulated_decode_lines_have_the_real_fields(start_sim: object) -> None:
     assert lines
     assert all(REAL_DECODE_LINE.match(line) for line in lines), lines[:3]
     assert any("accept len" in line for line in lines)
+
+
+# -- adaptive speculative decoding and boot phases ---------------------------------------------
+H200_EAGLE = ["--sim-profile", "h200-nvlink-x8", "--speculative-algorithm", "EAGLE3"]
+
+
+def _level(url: str, concurrency: int, *, tokens: int = 64) -> tuple[float, float]:
+    """``concurrency`` simultaneous text requests: (output tokens/s, mean accept length)."""
+    import asyncio
+
+    async def run() -> tuple[float, float]:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+
+            async def one(i: int) -> dict[str, object]:
+                body = {
+                    "text": f"Request {i}: write about the weather in the mountains.",
+                    "sampling_params": {"max_new_tokens": tokens, "temperature": 0.7},
+                }
+                return (await client.post("/generate", json=body)).json()["meta_info"]  # type: ignore[no-any-return]
+
+            start = time.perf_counter()
+            metas = await asyncio.gather(*(one(i) for i in range(concurrency)))
+            wall = time.perf_counter() - start
+        produced = sum(int(m["completion_tokens"]) for m in metas)  # type: ignore[call-overload]
+        accept = sum(float(m["spec_accept_length"]) for m in metas) / len(metas)  # type: ignore[arg-type]
+        return produced / wall, accept
+
+    return asyncio.run(run())
+
+
+def test_adaptive_server_follows_its_steps_and_beats_each_static_chain_somewhere(
+    start_sim: object, tmp_path: Path
+) -> None:
+    """One adaptive boot measured at 1, 8 and 32 beside static 1-step and 7-step chains.
+
+    On the H200 profile 3 steps are best at concurrency 1 (54.6 tok/s in the model, 45.3 for one
+    step, 50.5 for seven) and one step at 32 (1132 vs 825 for seven). SGLang 0.5.23's default
+    slots keep 3 steps at 1 and 8 (the EMA of ~1.1 accepted drafts stays between the
+    thresholds) and pick one step at 32 (slot [0, 1], initial 3 is not in it).
+    """
+    config = tmp_path / "adaptive.json"
+    config.write_text(
+        json.dumps(
+            {
+                "1": {"candidate_steps": [1, 3, 5, 7]},
+                "8": {"candidate_steps": [0, 1, 3]},
+                "32": {"candidate_steps": [0, 1]},
+            }
+        )
+    )
+    adaptive = start_sim(  # type: ignore[operator]
+        *H200_EAGLE, "--speculative-adaptive", "--speculative-adaptive-config", str(config),
+        "--sim-boot-id", "adaptive",
+    )  # fmt: skip
+    one = start_sim(*H200_EAGLE, "--speculative-num-steps", "1", "--sim-boot-id", "s1")  # type: ignore[operator]
+    seven = start_sim(*H200_EAGLE, "--speculative-num-steps", "7", "--sim-boot-id", "s7")  # type: ignore[operator]
+    for sim in (adaptive, one, seven):
+        sim.wait_ready()
+    got = {
+        ("adaptive", c): _level(adaptive.url, c) for c in (1, 8, 32)
+    } | {("one", c): _level(one.url, c) for c in (1, 32)} | {
+        ("seven", c): _level(seven.url, c) for c in (1, 32)
+    }  # fmt: skip
+    tput = {k: v[0] for k, v in got.items()}
+    accept = {k: v[1] for k, v in got.items()}
+    # The crossover: the long chain wins at 1, the short one at 32; adaptive takes both ends.
+    # (The model's gaps are 20% and 37%; each boot's speed also varies by ~3% (boot_sigma),
+    # drawn per --sim-boot-id, so the bounds sit well inside the gaps.)
+    assert tput["adaptive", 1] > 1.05 * tput["one", 1], tput
+    assert tput["adaptive", 32] > 1.2 * tput["seven", 32], tput
+    assert tput["adaptive", 1] > 0.95 * tput["seven", 1], tput
+    assert tput["adaptive", 32] > 0.88 * tput["one", 32], tput
+    # Acceptance follows the steps run: 3 steps at 1 and 8 (2.14 expected), 1 step at 32 (1.68).
+    assert accept["adaptive", 1] == pytest.approx(2.14, rel=0.08)
+    assert accept["adaptive", 8] == pytest.approx(2.14, rel=0.08)
+    assert accept["adaptive", 32] == pytest.approx(accept["one", 32], rel=0.08)
+    log = adaptive.log()
+    assert "AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[1, 3, 5, 7]" in log
+    assert "Switch adaptive runtime state: steps 3 -> 1, draft_tokens 4 -> 2" in log
+    assert log.count("Built adaptive runtime state steps=") == 4  # 0, 1, 5, 7
+    with httpx.Client(base_url=adaptive.url, timeout=5) as client:
+        info = client.get("/server_info").json()
+    assert info["speculative_adaptive"] is True
+    assert info["speculative_num_draft_tokens"] == 4
+
+
+def test_adaptive_turned_off_boots_static_with_the_warning(start_sim: object) -> None:
+    sim = start_sim(  # type: ignore[operator]
+        *H200_EAGLE, "--speculative-num-steps", "3", "--speculative-eagle-topk", "2",
+        "--speculative-num-draft-tokens", "6", "--speculative-adaptive",
+    )  # fmt: skip
+    sim.wait_ready()
+    assert (
+        "speculative_adaptive disabled: speculative_eagle_topk=2 (only topk=1 is supported). "
+        "Falling back to static speculative params."
+    ) in sim.log()
+    assert "AdaptiveSpeculativeParams" not in sim.log()
+
+
+def test_inline_adaptive_config_fails_like_sglang(start_sim: object) -> None:
+    sim = start_sim(  # type: ignore[operator]
+        *H200_EAGLE, "--speculative-adaptive", "--speculative-adaptive-config",
+        '{"1": {"candidate_steps": [1, 3]}}',
+    )  # fmt: skip
+    assert sim.wait_exit() == 1
+    assert (
+        sim.log()
+        .rstrip()
+        .endswith(
+            "FileNotFoundError: [Errno 2] No such file or directory: "
+            '\'{"1": {"candidate_steps": [1, 3]}}\''
+        )
+    )
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.13"])
+def test_startup_time_by_phase_where_the_version_has_it(start_sim: object, version: str) -> None:
+    scale = 0.01
+    sim = start_sim(  # type: ignore[operator]
+        "--sim-profile", "h200-nvlink-x8", "--sim-sglang-version", version,
+        env={"SPEC_SWEEP_SIM_TIME_SCALE": str(scale)},
+    )  # fmt: skip
+    started = time.monotonic()
+    sim.wait_ready(timeout=60)
+    wall = time.monotonic() - started
+    with httpx.Client(base_url=sim.url, timeout=5) as client:
+        info = client.get("/server_info").json()
+    log = sim.log()
+    if version == "0.5.13":
+        assert "startup_time" not in info
+        assert "Engine startup timings" not in log
+        rank0 = "\n".join(x for x in log.splitlines() if " TP0] " in x)
+        timed = re.findall(r"(?:elapsed=|Time elapsed: )([\d.]+) s", rank0)
+        scheduler_e2e = sum(float(x) for x in timed)  # all but the KV allocation
+    else:
+        startup = info["startup_time"]
+        assert set(startup) == {
+            "load_weight", "kv_cache_allocation", "scheduler_e2e", "cuda_graph", "tokenizer_e2e",
+        }  # fmt: skip
+        assert list(startup["cuda_graph"]) == [
+            "prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend",
+        ]  # fmt: skip
+        line = next(x for x in log.splitlines() if "Engine startup timings (s):" in x)
+        assert f"scheduler_e2e={startup['scheduler_e2e']:.2f}," in line
+        assert f"tokenizer_e2e={startup['tokenizer_e2e']:.2f}" in line
+        assert startup["load_weight"] == 150.0
+        scheduler_e2e = startup["scheduler_e2e"]
+    # The boot lasts its phases times the time scale (plus the process's own start).
+    assert wall >= scheduler_e2e * scale
+    assert wall < scheduler_e2e * scale + 20
+
+
+def test_greedy_batch_with_top_logprobs_has_sglangs_meta_info(start_sim: object) -> None:
+    sim = start_sim()  # type: ignore[operator]
+    sim.wait_ready()
+    body = {
+        "text": ["The capital of France is", "Write a haiku about rain."],
+        "sampling_params": {"temperature": 0.0, "max_new_tokens": 6, "ignore_eos": True},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+    }
+    with httpx.Client(base_url=sim.url, timeout=10) as client:
+        first = client.post("/generate", json=body).json()
+        again = client.post("/generate", json=body).json()
+        plain = client.post("/generate", json={**body, "return_logprob": False}).json()
+    assert [o["output_ids"] for o in first] == [o["output_ids"] for o in again]
+    assert [o["output_ids"] for o in first] == [o["output_ids"] for o in plain]
+    for out in first:
+        meta = out["meta_info"]
+        # TokenizerManager.add_logprob_to_meta_info (0.5.13, 0.5.17): (logprob, id, text|None)
+        assert meta["input_token_logprobs"] == []
+        assert meta["output_token_logprobs_length"] == 6
+        assert [t[1] for t in meta["output_token_logprobs"]] == out["output_ids"]
+        assert len(meta["output_top_logprobs"]) == 6
+        for position, token in zip(meta["output_top_logprobs"], out["output_ids"], strict=True):
+            assert len(position) == 2
+            assert position[0][1] == token
+            assert position[0][0] >= position[1][0]
+            assert position[0][2] is None
+    assert "output_top_logprobs" not in plain[0]["meta_info"]

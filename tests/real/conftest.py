@@ -1,23 +1,24 @@
 """The real-SGLang matrix: real `sglang.launch_server` processes on real GPUs, through our CLI.
 
 Skipped unless SGLang imports and NVML sees a GPU (the `real_sglang` marker). Every trial runs as a
-user would run it, `python -m spec_sweep trial tests/real/matrix.yaml --set ... --json`, from the
-repository root, with a dummy-weight Llama made by `scripts/make_dummy_model.py` (made on first
-use). Each test writes what it saw under `$SPEC_SWEEP_REAL_OUT` (default: a temp folder):
-`results/<name>.json` (the trial's JSON plus extras) and `logs/<name>.log` (the server log), which
-is where the README's "Real GPUs" figures and `tests/fixtures/sglang/` come from.
+user would run it, `python -m spec_sweep trial <spec> --set ... --json`, from the repository root,
+where `<spec>` is `tests/real/matrix.yaml` rendered for the SGLang version and model chosen by
+`SPEC_SWEEP_REAL_SGLANG` and `SPEC_SWEEP_REAL_MODEL` (real_harness.py: the real SmolLM2-135M
+checkpoint of `scripts/make_real_model.py` by default, or the dummy-weight Llama of
+`scripts/make_dummy_model.py`; made on first use). Each test writes what it saw under
+`$SPEC_SWEEP_REAL_OUT` (default: a temp folder): `results/<name>.json` (the trial's JSON plus
+extras), `logs/<name>.log` (the server log) and `specs/` (the rendered specs), which is where the
+README's "Real GPUs" figures and `tests/fixtures/sglang/` come from.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from real_harness import MODEL, ROOT
+from real_harness import MATRIX, ensure_model, model_kind, render_spec, sglang_version
 
 
 def _gpu_count() -> int:
@@ -57,13 +58,16 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def model() -> Path:
-    """The dummy-weight model folder (and its EAGLE-3 draft), made once."""
-    if not (MODEL / "config.json").exists():
-        subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "make_dummy_model.py"), str(MODEL), "--eagle3"],
-            check=True,
-        )
-    return MODEL
+    """The chosen model folder (and its EAGLE-3 draft config), made once."""
+    return ensure_model()
+
+
+@pytest.fixture(scope="session")
+def matrix(out_dir: Path, model: Path) -> Path:
+    """`matrix.yaml` rendered for the chosen SGLang version and model."""
+    del model  # made first
+    name = f"matrix-{sglang_version()}-{model_kind()}.yaml"
+    return render_spec(MATRIX, out_dir / "specs" / name)
 
 
 @pytest.fixture(scope="session")

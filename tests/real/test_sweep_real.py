@@ -1,15 +1,20 @@
 """A whole sweep on real GPUs: Ray Tune + Optuna + MLflow + real SGLang, SIGKILLed once, resumed.
 
-`python -m spec_sweep.run sweeps/real_h200.yaml` runs as a user runs it (its own local Ray, an
-MLflow store under the test's folder). Once at least two trials have finished, the driver is
-SIGKILLed in the middle of the next one; the same command then resumes and finishes the budget.
-Checked: every trial of the budget has exactly one FINISHED child run, no finished trial ran
-twice, no server is left, and the GPUs hold no memory of ours afterwards.
+`python -m spec_sweep.run <spec>` runs as a user runs it (its own local Ray, an MLflow store under
+the test's folder), where `<spec>` is `sweeps/real_h200_smollm2.yaml` (the real checkpoint) or
+`sweeps/real_h200.yaml` (dummy weights), rendered by real_harness.py for the chosen SGLang
+version, with the budget of this test: `SPEC_SWEEP_REAL_SWEEP_TRIALS` search trials (default 8),
+no confirmation boots and no baseline re-measure. Once `SPEC_SWEEP_REAL_KILL_AFTER` trials
+(default 2) have finished, the driver is SIGKILLed in the middle of the next one; the same command
+then resumes and finishes the budget. Checked: every trial of the budget has exactly one FINISHED
+child run, no finished trial ran twice, no server is left, and the GPUs hold no memory of ours
+afterwards.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +22,11 @@ import time
 from pathlib import Path
 
 import psutil
-from real_harness import ROOT
+from real_harness import ROOT, model_kind, render_spec, sglang_version
 
-TRIALS = 8
+TRIALS = int(os.environ.get("SPEC_SWEEP_REAL_SWEEP_TRIALS", "8"))
+KILL_AFTER = int(os.environ.get("SPEC_SWEEP_REAL_KILL_AFTER", "2"))
+SWEEPS = {"smollm2": "real_h200_smollm2.yaml", "dummy": "real_h200.yaml"}
 
 
 def _uri(store: Path) -> str:
@@ -61,10 +68,16 @@ def _servers(state: Path | None = None) -> list[psutil.Process]:
 
 
 def test_real_sweep_killed_once_and_resumed(model: Path, out_dir: Path, tmp_path: Path) -> None:
+    assert 1 <= KILL_AFTER < TRIALS, (KILL_AFTER, TRIALS)
     store = tmp_path / "mlruns"
     state = tmp_path / "state"
+    spec = render_spec(
+        ROOT / "sweeps" / SWEEPS[model_kind()],
+        out_dir / "specs" / f"sweep-{sglang_version()}-{model_kind()}.yaml",
+        budget={"trials": TRIALS, "confirm": 0, "remeasure_baseline": False},
+    )
     command = [
-        sys.executable, "-m", "spec_sweep.run", "sweeps/real_h200.yaml",
+        sys.executable, "-m", "spec_sweep.run", str(spec),
         "--trials", str(TRIALS), "--state-dir", str(state), "--tracking-uri", _uri(store),
     ]  # fmt: skip
     log = (out_dir / "logs" / "sweep-first.log").open("w")
@@ -73,7 +86,7 @@ def test_real_sweep_killed_once_and_resumed(model: Path, out_dir: Path, tmp_path
     )
     deadline = time.monotonic() + 1500
     while time.monotonic() < deadline and driver.poll() is None:
-        if (store / "mlflow.db").exists() and _finished(store) >= 2 and _servers(state):
+        if (store / "mlflow.db").exists() and _finished(store) >= KILL_AFTER and _servers(state):
             break
         time.sleep(2)
     assert driver.poll() is None, "the sweep ended before it could be killed"
@@ -84,10 +97,13 @@ def test_real_sweep_killed_once_and_resumed(model: Path, out_dir: Path, tmp_path
     log.close()
 
     started = time.monotonic()
-    with (out_dir / "logs" / "sweep-resume.log").open("w") as log2:
-        resumed = subprocess.run(
-            command, cwd=ROOT, stdout=log2, stderr=subprocess.STDOUT, timeout=2400, check=False
-        )
+    try:
+        with (out_dir / "logs" / "sweep-resume.log").open("w") as log2:
+            resumed = subprocess.run(
+                command, cwd=ROOT, stdout=log2, stderr=subprocess.STDOUT, timeout=2400, check=False
+            )
+    finally:  # the trials' folders (server logs, bench.json, quality.json) for the record
+        shutil.copytree(state, out_dir / "sweep-state", dirs_exist_ok=True)
     resume_log = (out_dir / "logs" / "sweep-resume.log").read_text()
     assert resumed.returncode == 0, resume_log[-3000:]
     assert "resuming" in resume_log

@@ -101,6 +101,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
         "Current value: mem_fraction_static=0.5",
     ),
+    "SGLang: the weights (target and draft) leave nothing": (
+        # 0.5.17 mem_cache/kv_cache_configurator.py:1646-1655, as it formats the message.
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.001. Raise --mem-fraction-static above 0.012 (minimum viable "
+        "= 1 - available/pre = 0.0117). If using speculative decoding, draft weights are now "
+        "counted.",
+    ),
     "SGLang's CUDA-graph capture failed for lack": (
         "Exception: Capture cuda graph failed: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when "
         "calling `cublasCreate(handle)`",

@@ -37,7 +37,8 @@ def test_builtin_prompts_are_varied_text_and_seeded() -> None:
     assert 40 <= len(prompts) <= 60
     assert all(isinstance(p, str) and len(p.split()) >= 5 for p in prompts)
     assert len(set(prompts)) == len(prompts)
-    assert source == f"builtin text prompts ({len(prompts)})"
+    raw = "raw text (no chat template found in the model folder)"
+    assert source == f"builtin text prompts ({len(prompts)}), {raw}"
     again, _ = load_prompts(WorkloadSpec(dataset="builtin", seed=0), model_path="m")
     other, _ = load_prompts(WorkloadSpec(dataset="builtin", seed=1), model_path="m")
     assert again == prompts
@@ -49,7 +50,10 @@ def test_json_list_of_strings(tmp_path: Path) -> None:
     path = _write(tmp_path / "p.json", json.dumps(["first prompt", "  ", "second prompt"]))
     prompts, source = load_prompts(WorkloadSpec(dataset=path), model_path="m")
     assert sorted(prompts) == ["first prompt", "second prompt"]
-    assert source == f"text prompts from {path} (2)"
+    assert (
+        source
+        == f"text prompts from {path} (2), raw text (no chat template found in the model folder)"
+    )
 
 
 def test_json_objects_with_text_or_prompt(tmp_path: Path) -> None:
@@ -76,7 +80,7 @@ def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
     path = _write(tmp_path / "sharegpt.json", json.dumps(items))
     prompts, source = load_prompts(WorkloadSpec(dataset=path), model_path="m")
     assert sorted(prompts) == ["question one", "question two"]
-    assert source.endswith("(2)")
+    assert "(2), " in source
 
 
 def test_jsonl_mixed_layouts(tmp_path: Path) -> None:

@@ -302,3 +302,16 @@ def test_sglang_0_5_13_refuses_a_port_whose_grpc_port_is_out_of_range() -> None:
 
 def _cfg_port(flavor: str, port: int) -> NodeConfig:
     return NodeConfig(flavor=flavor, model_path="m", tp_size=8, port=port)  # type: ignore[arg-type]
+
+
+def test_weight_cache_refuses_speculative_decoding_like_0_5_23(pcie: Profile) -> None:
+    # arg_groups/model_path_hook.py:281-287: the daemon does not export the draft's weights.
+    plan = _plan(pcie, spec=_eagle(), weight_cache_mode="client")
+    assert plan.failure is not None
+    assert plan.failure.where == "main"
+    assert plan.failure.text.endswith(
+        "ValueError: --weight-cache-mode is not supported together with speculative decoding "
+        "(--speculative-algorithm): the weight cache daemon does not export the draft model's "
+        "weights. Disable one of them (--weight-cache-mode off) for this configuration.\n"
+    )
+    assert _plan(pcie, weight_cache_mode="client").failure is None

@@ -1,0 +1,398 @@
+#!/usr/bin/env bash
+# The real-GPU session: SGLang 0.5.17 and 0.5.13 on the real checkpoint, unattended, on a lent GPU
+# machine without a package index, fed by back-to-back calls that each carry at most ~60 MiB.
+#
+# Here (a machine with a package index), once:
+#   python scripts/make_real_model.py --split .models-src                 # the GGUF in parts
+#   python scripts/gpu_bundle.py --only runtime --no-self --out .bundle-runtime
+#   python scripts/gpu_bundle.py --sglang 0.5.17 --only sglang --out .bundle-sglang-0.5.17
+#   python scripts/gpu_bundle.py --sglang 0.5.13 --only sglang --out .bundle-sglang-0.5.13
+#   scripts/real_session.sh pack       # -> .bundle-xfer/01 .. NN (ignored: /.bundle*/), one per call
+# There, from the repository root, every call the same command, each carrying the next folder
+# (`carry: [".bundle-xfer/01"]`, then `.bundle-xfer/02`, ...), then calls that carry nothing:
+#   bash scripts/real_session.sh auto [--wait SECONDS] [--jobs "JOB ..."]
+# (`--jobs` replaces the runner's job list from its next job on, e.g. to drop one when short of
+# time; jobs already done stay done.)
+#
+# `auto` returns in seconds unless told to wait: it copies the carried parts to /tmp/ss/parts,
+# starts the runner once (detached with setsid, so it outlives the call while the machine stays
+# warm), waits up to --wait seconds (default 0) or until every job is done, prints the status and
+# packs what is there into $OUT. The runner, in a loop: unpacks the longest complete prefix of
+# the stream, installs each bundle whose parts check out (/tmp/ss/site/<name>, smoke-imported;
+# in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
+# checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
+# at a time (it owns the GPU); the default order puts first what matters most, so a session cut
+# short loses the least: draft-0.5.17 matrix-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13
+# sweep-0.5.13.
+#   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
+#                on the GPU from the target's own generations; it replaces the random-weight
+#                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
+#                after it serve the trained head (train_summary.json says so)
+#   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
+#                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
+#   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
+#                EAGLE-3 start (spec-sweep trial --json, one at a time: the GPU guard)
+#   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
+#   quality-V    one version's quality job alone (not in the default JOBS)
+# Results: /tmp/ss/out/<V>/{quality,matrix,sweep}, logs /tmp/ss/runs; `collect` packs them.
+#
+# Other subcommands: parts | unpack | install V... | model | runner | status | collect [TAG] |
+# env V (the exports that select SGLang V) | job NAME (one job in the foreground).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO="$(pwd)"
+SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
+PY="${PYTHON:-python3}"
+VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
+JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 matrix-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13 sweep-0.5.13}"
+# 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
+PART_MB="${PART_MB:-56}"
+MODEL="$REPO/.models/smollm2-135m"
+MATRIX_TESTS=(
+  "tests/real/test_matrix.py::test_baseline_three_boots"
+  "tests/real/test_matrix.py::test_oom_at_both_ends"
+  "tests/real/test_matrix.py::test_rejected_speculative_combination"
+  "tests/real/test_matrix.py::test_ngram_accept_length_matches_the_server[8]"
+  "tests/real/test_matrix.py::test_eagle3_path_starts"
+  "tests/real/test_matrix.py::test_trained_eagle3_draft"
+)
+mkdir -p "$SS"/{parts,stage,site,runs,out}
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+# ---------------------------------------------------------------------------------------------
+# Here: cut the artifacts into one stream of parts, one folder per call.
+cmd_pack() {
+  local items=(models-src:.models-src bundle-runtime:.bundle-runtime)
+  for v in $VERSIONS; do items+=("bundle-sglang-$v:.bundle-sglang-$v"); done
+  local tmp; tmp="$(mktemp -d)"
+  for item in "${items[@]}"; do
+    local name="${item%%:*}" src="${item#*:}"
+    [ -d "$src" ] || { echo "pack: $src is missing (see the header of this script)"; exit 1; }
+    mkdir -p "$tmp/$name"
+    for f in "$src"/*; do
+      case "$(basename "$f")" in
+        site.tar.xz.part-*|parts.sha256|install.sh|SHA256SUMS|*.gguf.part-*) ln "$f" "$tmp/$name/" ;;
+      esac
+    done
+  done
+  rm -rf .bundle-xfer && mkdir -p .bundle-xfer/split
+  tar -C "$tmp" -cf - "${items[@]%%:*}" | split -b "${PART_MB}M" -d -a 2 - .bundle-xfer/split/xfer.part-
+  rm -rf "$tmp"
+  (cd .bundle-xfer/split && sha256sum xfer.part-* >../xfer.sha256)
+  local n=0
+  for part in .bundle-xfer/split/xfer.part-*; do
+    n=$((n + 1)); local dir; dir=$(printf ".bundle-xfer/%02d" "$n")
+    mkdir -p "$dir" && mv "$part" "$dir/" && cp .bundle-xfer/xfer.sha256 "$dir/"
+  done
+  rmdir .bundle-xfer/split
+  echo "$n parts of at most $PART_MB MiB: carry one folder per call, in order"
+  for d in .bundle-xfer/[0-9]*; do echo "  $d  $(du -m "$d"/xfer.part-* | cut -f1) MiB"; done
+  cat .bundle-xfer/xfer.sha256
+}
+
+# ---------------------------------------------------------------------------------------------
+# There: parts -> stage -> sites, model.
+cmd_parts() {  # the carried parts -> $SS/parts (atomic renames: the runner may be reading)
+  local d part name
+  for d in .bundle-xfer/[0-9]*; do
+    [ -d "$d" ] || continue
+    for part in "$d"/xfer.part-*; do
+      [ -f "$part" ] || continue
+      name=$(basename "$part")
+      cmp -s "$part" "$SS/parts/$name" 2>/dev/null && continue
+      cp "$part" "$SS/parts/.$name.tmp" && mv "$SS/parts/.$name.tmp" "$SS/parts/$name"
+    done
+    if [ -f "$d/xfer.sha256" ] && ! cmp -s "$d/xfer.sha256" "$SS/parts/xfer.sha256"; then
+      cp "$d/xfer.sha256" "$SS/parts/.sums.tmp" && mv "$SS/parts/.sums.tmp" "$SS/parts/xfer.sha256"
+    fi
+  done
+  local n; n=$(find "$SS/parts" -maxdepth 1 -name 'xfer.part-*' | wc -l)
+  log "parts: $n of $(wc -l <"$SS/parts/xfer.sha256" 2>/dev/null || echo '?') here"
+}
+
+cmd_unpack() {  # the longest complete, checked prefix of the stream -> $SS/stage
+  [ -f "$SS/parts/xfer.sha256" ] || return 0
+  [ "$(cat "$SS/stage/.prefix" 2>/dev/null)" = "$(wc -l <"$SS/parts/xfer.sha256")" ] && return 0
+  local have=() digest name
+  while read -r digest name; do
+    [ -f "$SS/parts/$name" ] || break
+    [ "$(sha256sum "$SS/parts/$name" | cut -d' ' -f1)" = "$digest" ] || break
+    have+=("$SS/parts/$name")
+  done <"$SS/parts/xfer.sha256"
+  local prefix="${#have[@]}"
+  if [ "$prefix" -gt "$(cat "$SS/stage/.prefix" 2>/dev/null || echo 0)" ]; then
+    cat "${have[@]}" | tar -x -C "$SS/stage" 2>/dev/null  # a cut last member errs: it is redone
+    echo "$prefix" >"$SS/stage/.prefix"
+    log "unpack: parts 1-$prefix of $(wc -l <"$SS/parts/xfer.sha256")"
+  fi
+}
+
+artifact_ok() {  # name -> 0 when its own checksums pass
+  local dir="$SS/stage/$1"
+  [ -d "$dir" ] || return 1
+  if [ -f "$dir/parts.sha256" ]; then (cd "$dir" && sha256sum -c --quiet parts.sha256 >/dev/null 2>&1)
+  elif [ -f "$dir/SHA256SUMS" ]; then
+    (cd "$dir" && grep '\.part-' SHA256SUMS | sha256sum -c --quiet >/dev/null 2>&1)
+  else return 1; fi
+}
+
+install_bundle() {  # artifact name -> /tmp/ss/site/<name without bundle->
+  local name="$1" site="$SS/site/${1#bundle-}"
+  [ -f "$site/.installed" ] && return 0
+  artifact_ok "$name" || return 1
+  log "install: $name -> $site"
+  rm -rf "$site" && mkdir -p "$site"
+  (cd "$SS/stage/$name" && cat site.tar.xz.part-* | xz -d -T0 | tar -x -C "$site") || return 1
+  touch "$site/.installed"
+}
+
+site_path() {  # version -> PYTHONPATH for it
+  echo "$REPO:$SS/site/sglang-$1:$SS/site/runtime"
+}
+
+cmd_env() {
+  local v="$1"
+  echo "export PYTHONPATH=$(site_path "$v") SPEC_SWEEP_REAL_SGLANG=$v SPEC_SWEEP_REAL_MODEL=smollm2"
+  echo "export SGLANG_IS_FLASHINFER_AVAILABLE=false RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1"
+  echo "export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0"
+}
+
+smoke() {  # version -> import SGLang's serving path and the runtime with that site
+  local v="$1" out="$SS/out/$1/smoke.txt"
+  mkdir -p "$SS/out/$v"
+  (eval "$(cmd_env "$v")"; cd /tmp && "$PY" - <<'EOF'
+import importlib, importlib.metadata as m
+mods = ["sglang.launch_server", "sglang.srt.entrypoints.http_server", "sglang.srt.managers.scheduler",
+        "sglang.srt.model_executor.model_runner", "sglang.srt.models.llama",
+        "sglang.srt.models.llama_eagle3", "sglang.srt.layers.attention.triton_backend",
+        "sglang.srt.speculative.ngram_worker", "ray", "optuna", "mlflow", "spec_sweep.cli"]
+if tuple(int(x) for x in m.version("sglang").split(".")[:3]) >= (0, 5, 17):
+    mods.append("sglang.srt.weight_cache.daemon")
+for name in mods:
+    try:
+        importlib.import_module(name)
+        print("ok  ", name)
+    except BaseException as exc:
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        print("FAIL", name, type(exc).__name__, " | ".join(lines[:2] + lines[-2:])[:400])
+print("versions:", {d: m.version(d) for d in ("sglang", "transformers", "tokenizers", "torch", "ray")})
+EOF
+  ) >"$out" 2>&1
+  log "smoke $v: $(grep -c '^ok' "$out") ok, $(grep -c '^FAIL' "$out") failed"
+  grep '^FAIL\|^versions' "$out" | cut -c1-300
+}
+
+install_version() {  # version -> installed, compiled, smoke-imported (0), or not yet (1)
+  local v="$1"
+  [ -f "$SS/site/sglang-$v/.installed" ] && return 0
+  install_bundle "bundle-sglang-$v" || return 1
+  # Byte code for SGLang once, so parallel first boots do not each compile it.
+  "$PY" -m compileall -q -j 0 "$SS/site/sglang-$v/sglang" >/dev/null 2>&1 || true
+  smoke "$v"
+}
+
+cmd_install() {  # versions...; with INSTALL_BG=1, each in the background (the runner's way)
+  local v
+  install_bundle bundle-runtime || return 0
+  for v in "$@"; do
+    [ -f "$SS/site/sglang-$v/.installed" ] && continue
+    artifact_ok "bundle-sglang-$v" || continue
+    if [ "${INSTALL_BG:-0}" = 1 ]; then
+      [ -d "$SS/site/.installing-$v" ] && continue
+      mkdir -p "$SS/site/.installing-$v"
+      (install_version "$v" >>"$SS/runs/install.log" 2>&1; rmdir "$SS/site/.installing-$v") &
+    else
+      install_version "$v"
+    fi
+  done
+}
+
+cmd_model() {
+  [ -f "$MODEL/checksums.sha256" ] && [ -f "$MODEL-eagle3/config.json" ] && return 0
+  artifact_ok models-src || return 0  # the GGUF's parts are not all here yet
+  local v site=""
+  for v in $VERSIONS; do [ -f "$SS/site/sglang-$v/.installed" ] && site="$SS/site/sglang-$v" && break; done
+  [ -n "$site" ] || { log "model: waiting for a bundle with gguf"; return 0; }
+  log "model: making $MODEL"
+  PYTHONPATH="$site" "$PY" scripts/make_real_model.py "$MODEL" --eagle3 \
+    --source "$SS/stage/models-src" >"$SS/runs/model.log" 2>&1
+  log "model: exit $? ($(tail -1 "$SS/runs/model.log"))"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Jobs (one at a time; each owns the GPU).
+job_versions() {  # job -> the SGLang versions it runs
+  local v="${1#*-}"
+  if [ "$v" = all ]; then echo "$VERSIONS"; else echo "$v"; fi
+}
+
+job_ready() {  # job -> 0 when its SGLang(s), the runtime and the model are there
+  local v
+  [ -f "$SS/site/runtime/.installed" ] && [ -f "$MODEL/checksums.sha256" ] || return 1
+  for v in $(job_versions "$1"); do [ -f "$SS/site/sglang-$v/.installed" ] || return 1; done
+}
+
+quality_one() {  # version first-port -> the quality probe of that version, in its environment
+  local v="$1" out="$SS/out/$1/quality"
+  mkdir -p "$out"
+  (eval "$(cmd_env "$v")"
+   "$PY" scripts/real_quality.py --out "$out" --version "$v" --first-port "$2" \
+     --record base-1 ngram-d8 >"$out/run.log" 2>&1)
+}
+
+cmd_job() {
+  local job="$1" kind="${1%%-*}" v="${1#*-}"
+  local out="$SS/out/$v/$kind"
+  mkdir -p "$out"
+  eval "$(cmd_env "$v")"
+  export SPEC_SWEEP_REAL_OUT="$out"
+  local t0=$SECONDS rc=0
+  case "$kind" in
+    quality)
+      local port=21000 pids=() p
+      for v2 in $(job_versions "$job"); do
+        quality_one "$v2" "$port" & pids+=($!)
+        port=$((port + 2000))
+      done
+      for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+      for v2 in $(job_versions "$job"); do tail -14 "$SS/out/$v2/quality/run.log"; done ;;
+    matrix)
+      "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
+      rc=$?; tail -15 "$out/pytest.log" ;;
+    draft)
+      "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
+        --data "$SS/runs/draft-data.json" --min-accept-length 2 >"$out/train.log" 2>&1
+      rc=$?; tail -25 "$out/train.log"
+      cp "$MODEL-eagle3-trained/train_summary.json" "$out/" 2>/dev/null
+      if [ -f "$MODEL-eagle3-trained/train_summary.json" ] && [ ! -d "$MODEL-eagle3-dummy" ]; then
+        mv "$MODEL-eagle3" "$MODEL-eagle3-dummy" && mv "$MODEL-eagle3-trained" "$MODEL-eagle3"
+        log "draft: the trained head is now $MODEL-eagle3"
+      fi ;;
+    sweep)
+      SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
+        "$PY" -m pytest -p no:cacheprovider -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
+      rc=$?; tail -15 "$out/pytest.log" ;;
+    *) echo "unknown job $job"; return 2 ;;
+  esac
+  echo "$rc $((SECONDS - t0))" >"$SS/out/$v/$kind.done"
+  log "job $job: exit $rc after $((SECONDS - t0)) s"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader >>"$SS/runs/gpu-after-jobs.txt" 2>&1
+  return "$rc"
+}
+
+prepare() {  # what the runner does between jobs: unpack, install (background), model
+  cmd_unpack
+  # shellcheck disable=SC2086
+  INSTALL_BG=1 cmd_install $VERSIONS
+  [ -f "$MODEL/checksums.sha256" ] || cmd_model
+}
+
+jobs() {  # the job list: $SS/jobs (written by `auto --jobs`) if present, else JOBS
+  if [ -s "$SS/jobs" ]; then cat "$SS/jobs"; else echo "$JOBS"; fi
+}
+
+next_job() {  # the first job of the list not done yet; fails when none is left
+  local job
+  for job in $(jobs); do
+    [ -f "$SS/out/${job#*-}/${job%%-*}.done" ] || { echo "$job"; return 0; }
+  done
+  return 1
+}
+
+cmd_runner() {
+  local job
+  while job=$(next_job); do
+    echo "waiting:$job" >"$SS/runs/current"
+    until prepare && job_ready "$job"; do
+      sleep 5
+      [ "$(next_job)" = "$job" ] || continue 2  # the list changed while waiting
+    done
+    echo "$job" >"$SS/runs/current"
+    log "runner: $job"
+    (cmd_job "$job") >"$SS/runs/$job.log" 2>&1
+    local done_file="$SS/out/${job#*-}/${job%%-*}.done"
+    [ -f "$done_file" ] || { mkdir -p "${done_file%/*}"; echo "1 0" >"$done_file"; }
+  done
+  prepare
+  echo "all" >"$SS/runs/current"
+  log "runner: all jobs done"
+}
+
+runner_alive() { [ -f "$SS/runs/runner.pid" ] && kill -0 "$(cat "$SS/runs/runner.pid")" 2>/dev/null; }
+
+start_runner() {
+  runner_alive && return 0
+  setsid nohup bash "$REPO/scripts/real_session.sh" runner >>"$SS/runs/runner.log" 2>&1 </dev/null &
+  echo $! >"$SS/runs/runner.pid"
+  log "runner started (pid $(cat "$SS/runs/runner.pid"))"
+}
+
+cmd_status() {
+  local job v
+  echo "  jobs: $(jobs)"
+  for v in $VERSIONS; do
+    local state="not installed"
+    [ -d "$SS/site/.installing-$v" ] && state="installing"
+    [ -f "$SS/site/sglang-$v/.installed" ] && state="installed"
+    echo "  sglang $v: $state"
+    [ -f "$SS/out/$v/smoke.txt" ] && grep '^FAIL\|^versions' "$SS/out/$v/smoke.txt" | cut -c1-200 | sed 's/^/    /'
+  done
+  [ -f "$MODEL/checksums.sha256" ] && echo "  model: made" || echo "  model: not yet"
+  for job in $(jobs); do
+    local v="${job#*-}" kind="${job%%-*}" state="waiting"
+    [ "$(cat "$SS/runs/current" 2>/dev/null)" = "$job" ] && state="running"
+    [ -f "$SS/out/$v/$kind.done" ] && state="done: exit $(cut -d' ' -f1 "$SS/out/$v/$kind.done"), $(cut -d' ' -f2 "$SS/out/$v/$kind.done") s"
+    echo "  $job: $state"
+  done
+  local cur; cur="$(cat "$SS/runs/current" 2>/dev/null)"
+  [ -n "$cur" ] && [ -f "$SS/runs/$cur.log" ] && tail -4 "$SS/runs/$cur.log" | sed 's/^/    /'
+  nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null | sed 's/^/  GPU /'
+}
+
+cmd_collect() {
+  local tag="${1:-$(date +%H%M%S)}"
+  [ -n "${OUT:-}" ] || { log "collect: no \$OUT"; return 0; }
+  cmd_status >"$OUT/status.txt" 2>&1
+  local tarball="$SS/real-$tag.tar.xz"
+  tar -C "$SS" -cf - out runs 2>/dev/null | xz -6 -T0 >"$tarball"
+  if [ "$(stat -c %s "$tarball")" -le $((15 * 1024 * 1024)) ]; then
+    cp "$tarball" "$OUT/"
+  else  # at most 6 more files of 15 MiB
+    split -b 15M -d -a 1 "$tarball" "$OUT/real-$tag.tar.xz.part-"
+  fi
+  log "collect: $(du -h "$tarball" | cut -f1) -> \$OUT ($(ls "$OUT" | tr '\n' ' '))"
+}
+
+all_done() { [ "$(cat "$SS/runs/current" 2>/dev/null)" = "all" ]; }
+
+cmd_auto() {
+  local wait_s=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --wait) wait_s="$2"; shift 2 ;;
+      --jobs) echo "$2" >"$SS/jobs"; log "jobs from now on: $2"; shift 2 ;;
+      *) echo "auto: unknown option $1"; return 2 ;;
+    esac
+  done
+  local t0=$SECONDS
+  cmd_parts
+  all_done || start_runner
+  while [ $((SECONDS - t0)) -lt "$wait_s" ] && ! all_done; do sleep 5; done
+  cmd_status
+  cmd_collect "$(date +%H%M%S)"
+}
+
+case "${1:-}" in
+  pack) shift; cmd_pack "$@" ;;
+  parts) cmd_parts ;;
+  unpack) cmd_unpack ;;
+  install) shift; cmd_install "$@" ;;
+  model) cmd_model ;;
+  env) cmd_env "$2" ;;
+  job) cmd_job "$2" ;;
+  runner) cmd_runner ;;
+  status) cmd_status ;;
+  collect) shift; cmd_collect "$@" ;;
+  auto) shift; cmd_auto "$@" ;;
+  *) sed -n '2,35p' "$0"; exit 2 ;;
+esac

@@ -1,0 +1,143 @@
+"""Greedy decoding on the simulated node: which token wins, by how much, and when numerics flip it.
+
+This module owns the simulated node's stand-in for a model's greedy choices, so the output-quality
+gate meets what it meets on a real checkpoint (README, "Output quality"). Measured on a real
+135M checkpoint (SGLang 0.5.13, one H200): the baseline agreed with itself exactly across boots,
+and so did flags that leave the arithmetic alone (`--cuda-graph-max-bs`,
+`--mem-fraction-static`), while NGRAM, lossless in exact arithmetic, diverged on 3 of 8 prompts
+within 32 tokens: near-ties between the top two tokens that other verify numerics decide the
+other way. The rules:
+
+* A greedy path is a function of the prompt: at each position the two leading tokens and the
+  margin between their log-probabilities (nats; exponential, mean `MEAN_MARGIN`) are drawn from
+  the path's own generator.
+* Below `NEAR_TIE` the winner depends on the configuration's numerics: the flags in
+  `NUMERICS_DESTS` (speculative decoding and its tree, attention backend, dtypes, quantization,
+  parallelism and reductions). Configurations with the same numerics make the same choices, so a
+  repeat boot of the same configuration, or a memory or CUDA-graph flag, changes nothing; other
+  numerics decide each near-tie independently (half the time the other way). Once a path took
+  another token its continuation is another text.
+* `--sim-corrupt-output` (a kernel bug): from position `corrupt_after` the path is another
+  text whatever the margin, so it usually diverges where the model was confident.
+* The log-probabilities the server reports are its own: the token it chose first, the runner-up
+  one margin below, then lower ones, as SGLang's `meta_info.output_top_logprobs` lists them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MEAN_MARGIN", "NEAR_TIE", "NUMERICS_DESTS", "GreedyPath", "numerics_key"]
+
+#: Mean margin (nats) between the top two tokens of a greedy position.
+MEAN_MARGIN = 2.0
+#: Below this margin (nats) the configuration's numerics decide which of the two wins.
+NEAR_TIE = 0.05
+#: Probability mass of the tokens after the top two.
+_REST = 0.2
+#: SGLang flags (argparse dests) that change the arithmetic of a forward pass or of verification.
+NUMERICS_DESTS = (
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "speculative_adaptive",
+    "attention_backend",
+    "decode_attention_backend",
+    "prefill_attention_backend",
+    "sampling_backend",
+    "dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "tp_size",
+    "dp_size",
+    "ep_size",
+    "moe_a2a_backend",
+    "disable_custom_all_reduce",
+    "enable_torch_symm_mem",
+    "enable_flashinfer_allreduce_fusion",
+    "enable_dp_attention",
+)
+#: Environment variables that change reduction order.
+_NUMERICS_ENV = ("NCCL_ALGO", "NCCL_PROTO")
+
+
+def _seed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def numerics_key(server_args: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """A key equal for two configurations exactly when their arithmetic is the same."""
+    picked = {dest: server_args.get(dest) for dest in NUMERICS_DESTS}
+    picked.update({name: env.get(name) for name in _NUMERICS_ENV})
+    return json.dumps(picked, sort_keys=True, default=str)
+
+
+@dataclass
+class GreedyPath:
+    """The greedy continuation of one prompt under one configuration's numerics.
+
+    Args:
+        key: The prompt (its text, or its token ids as JSON).
+        numerics: `numerics_key` of the configuration.
+        vocab: Vocabulary size.
+        corrupt_after: Position from which a corrupting configuration goes wrong (None: never).
+    """
+
+    key: str
+    numerics: str
+    vocab: int
+    corrupt_after: int | None = None
+    position: int = 0
+    _rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(_seed(self.key))
+
+    def step(self, top_n: int) -> tuple[int, list[tuple[float, int]]]:
+        """The next token and the server's top `top_n` (logprob, token id), best first."""
+        rng = self._rng
+        first = rng.randrange(self.vocab)
+        second = (first + 1 + rng.randrange(self.vocab - 1)) % self.vocab
+        margin = rng.expovariate(1.0 / MEAN_MARGIN)
+        pos = self.position
+        chosen, other = first, second
+        if self.corrupt_after is not None and pos >= self.corrupt_after:
+            if pos == self.corrupt_after:
+                self._rng = random.Random(_seed(f"corrupt:{self.key}"))
+            chosen = self._rng.randrange(self.vocab)
+            other = first if chosen != first else second
+        elif margin < NEAR_TIE and _seed(f"{self.numerics}|{self.key}|{pos}") % 2 == 1:
+            chosen, other = second, first
+            self._rng = random.Random(_seed(f"{self.key}|{pos}|{chosen}"))
+        self.position += 1
+        return chosen, _top(chosen, other, margin, top_n, self.vocab, _seed(f"{self.key}|{pos}"))
+
+
+def _top(
+    chosen: int, other: int, margin: float, top_n: int, vocab: int, seed: int
+) -> list[tuple[float, int]]:
+    """The reported top list: chosen, runner-up `margin` nats below, then smaller ones."""
+    p1 = (1.0 - _REST) / (1.0 + math.exp(-margin))
+    if top_n <= 1:
+        return [(math.log(p1), chosen)]
+    out = [(math.log(p1), chosen), (math.log(p1) - margin, other)]
+    rng = random.Random(seed)
+    prob, rest = math.exp(out[-1][0]), _REST  # each further token: below the last, within rest
+    seen = {chosen, other}
+    while len(out) < top_n and len(seen) < vocab:
+        token = rng.randrange(vocab)
+        if token in seen:
+            continue
+        seen.add(token)
+        prob = min(prob, rest) * (0.3 + 0.4 * rng.random())
+        rest -= prob
+        out.append((math.log(prob), token))
+    return out[:top_n]
