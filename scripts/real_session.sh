@@ -167,6 +167,10 @@ mods = ["sglang.launch_server", "sglang.srt.entrypoints.http_server", "sglang.sr
         "sglang.srt.models.llama_eagle3", "sglang.srt.layers.attention.triton_backend",
         "sglang.srt.speculative.ngram_worker", "ray", "optuna", "mlflow", "spec_sweep.cli"]
 if tuple(int(x) for x in m.version("sglang").split(".")[:3]) >= (0, 5, 17):
+    # Imported lazily when an EAGLE worker captures its CUDA graphs (eagle_worker_v2.py:417).
+    mods += ["deep_gemm", "sglang.srt.layers.attention.dsa_backend",
+             "sglang.srt.layers.attention.deepseek_v4_backend"]
+if tuple(int(x) for x in m.version("sglang").split(".")[:3]) >= (0, 5, 17):
     mods.append("sglang.srt.weight_cache.daemon")
 for name in mods:
     try:
