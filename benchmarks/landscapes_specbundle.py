@@ -38,8 +38,14 @@ on published measurements (the calibration itself, and the tables below, come fr
 * a cycle is `steps` draft steps (`draft_ms * head cost + per-token cost * b * top-k`, three
   small all-reduces), the verify forward over `draft_tokens` per request, a draft extend, the
   step overhead plus `spec_ms`, plus `tree_step_ms` per step for top-k > 1;
-* without a captured CUDA graph (`concurrency > cuda-graph-max-bs`) every forward pays its
-  kernel launches (per layer, and per draft step).
+* without a captured CUDA graph (`concurrency > cuda-graph-max-bs`) a step or cycle runs
+  eagerly, x1.2-1.7 (the write-up's node: 1.45; sgl-project/sglang PR #4247: EAGLE-3 on
+  Llama-3.1-8B, 8 steps, 276.3 tok/s without CUDA graphs against 378.6 with, 1.37), draft steps
+  x1.5-3 more; with one, each doubling of the captured batch above 8 costs 0-3.5% (the
+  write-up's node: 89.5 tok/s at max batch 128, 82 at 512, ~4.5% per doubling);
+* expert parallelism (`ep-size 8`) runs whole experts per GPU (GEMMs x0.55-0.95, load
+  imbalance x1-1.3 on the experts' weights) and replaces the MoE all-reduce by two all-to-alls
+  of its backend (DeepEP, FlashInfer, or the default).
 
 **Memory** per GPU: the static pool (`mem-fraction-static`) holds the weights, the draft head
 and the KV cache; too little KV for the concurrency first queues requests (fewer run at once),
@@ -119,8 +125,8 @@ the fitted acceptance of every SpecBundle row, with the published values, is
   rtx-pro-6000-pcie-x8.yaml`: 45 us in a decode step, ~190 us in a verify step). Not fitted to
   anything: the memory terms (activations 2.5-8 GB, graphs, DeepEP 2-5 GB, symmetric memory
   1-2.5 GB), the per-request speculative bookkeeping (0.01-0.08 ms per request per cycle:
-  SpecV1 runs without the overlap scheduler), kernel launches without CUDA graphs, the
-  failure rules' thresholds, and the noise (0.5-3%, spanning the README's real H200 boots).
+  SpecV1 runs without the overlap scheduler), expert parallelism's terms, the failure rules'
+  thresholds, and the noise (0.5-3%, spanning the README's real H200 boots).
 
 The optimum lies in the non-speculative branch, in chains or in trees, with one head or
 another, depending on the seed. Seeds 0-19 are the TUNING set, 100-139 the TEST set (nothing
@@ -400,8 +406,9 @@ class Physics:
     overhead_ms: float = 1.0  # per decode step (scheduler, sampling, launch of the graph)
     ar_cap_tokens: int = 1024  # custom all-reduce's largest message, in tokens
     nccl_ms: float = 0.025  # NCCL's small all-reduce latency (algorithm default)
-    launch_ms: float = 0.02  # per layer, when a forward runs without a CUDA graph
-    draft_launch_ms: float = 0.35  # per draft step without a CUDA graph
+    eager: float = 1.45  # step time without a CUDA graph (write-up: 1.45; PR #4247: 1.37)
+    draft_eager: float = 2.0  # further factor on draft steps without a CUDA graph
+    graph_penalty: float = 0.0  # step time per doubling of the captured batch (write-up: ~4%)
     spec_request_ms: float = 0.0  # per request per cycle: speculative bookkeeping on the CPU
 
     @property
@@ -427,8 +434,10 @@ class Knobs:
     attention: float = 1.0
     ep: bool = False
     ep_imbalance: float = 1.0
+    ep_gemm: float = 0.85  # expert GEMM time with whole experts per GPU (expert parallelism)
     a2a_ms: float = 0.0  # one all-to-all call's latency with expert parallelism
     graphed: bool = True
+    graph_size: int = 8  # the captured batch (cuda-graph-max-bs)
 
 
 def forward_ms(phys: Physics, knobs: Knobs, requests: int, tokens: int, *, tree: bool) -> float:
@@ -443,7 +452,7 @@ def forward_ms(phys: Physics, knobs: Knobs, requests: int, tokens: int, *, tree:
         routed = requests * tokens**model.locality
         touched = 1.0 - (1.0 - model.active_experts / model.experts) ** routed
     stream = (dense + experts * touched * (knobs.ep_imbalance if knobs.ep else 1.0)) / hw.bw_tbs
-    compute = n * phys.gemm_ms() * (0.85 if knobs.ep else 1.0)
+    compute = n * phys.gemm_ms() * (knobs.ep_gemm if knobs.ep else 1.0)
     gemm = (stream**4 + compute**4) ** 0.25
     kv = requests * phys.context * model.kv_kb / 1e6 / hw.bw_tbs
     attention = kv * (1.0 + 0.1 * (tokens - 1)) * knobs.attention
@@ -455,8 +464,14 @@ def forward_ms(phys: Physics, knobs: Knobs, requests: int, tokens: int, *, tree:
         comm += model.layers * 2 * (knobs.a2a_ms + n * model.hidden * 2 / 1e9 / hw.link_gbs * 1e3)
     else:
         comm += model.layers * _reduce_ms(phys, knobs, n, moe=True, verify=verify)
-    launch = 0.0 if knobs.graphed else model.layers * phys.launch_ms
-    return gemm + attention + comm + launch
+    return gemm + attention + comm
+
+
+def _graph_factor(phys: Physics, knobs: Knobs) -> float:
+    """Without a CUDA graph a step runs eagerly; with one, a larger captured batch costs more."""
+    if not knobs.graphed:
+        return phys.eager
+    return 1.0 + phys.graph_penalty * math.log2(max(knobs.graph_size, 8) / 8)
 
 
 def _reduce_ms(phys: Physics, knobs: Knobs, tokens: int, *, moe: bool, verify: bool) -> float:
@@ -477,7 +492,8 @@ def _reduce_ms(phys: Physics, knobs: Knobs, tokens: int, *, moe: bool, verify: b
 
 def step_ms(phys: Physics, knobs: Knobs, requests: int) -> float:
     """One plain decode step of `requests` requests."""
-    return forward_ms(phys, knobs, requests, 1, tree=False) + phys.overhead_ms
+    plain = forward_ms(phys, knobs, requests, 1, tree=False) + phys.overhead_ms
+    return plain * _graph_factor(phys, knobs)
 
 
 def cycle_ms(
@@ -488,13 +504,14 @@ def cycle_ms(
     per_token = 0.002 * model.hidden / 4096
     draft_step = head.cost * (model.draft_ms + per_token * requests * topk) + 3 * hw.ar_ms
     if not knobs.graphed:
-        draft_step += phys.draft_launch_ms
+        draft_step *= phys.draft_eager
     extend = head.cost * (0.3 + 0.003 * requests * draft)
     tree = topk > 1
     verify = forward_ms(phys, knobs, requests, draft, tree=tree)
     extra = model.spec_ms + phys.spec_request_ms * requests
     extra += model.tree_step_ms * steps if tree else 0.0
-    return steps * draft_step + verify + extend + phys.overhead_ms + extra
+    cycle = steps * draft_step + verify + extend + phys.overhead_ms + extra
+    return cycle * _graph_factor(phys, knobs)
 
 
 @functools.cache
@@ -537,6 +554,7 @@ class Node:
     symm: tuple[float, float] | None  # torch symmetric memory factors (None: unsupported)
     attention: dict[str, float | None]  # backend -> attention factor (None: unsupported)
     ep_imbalance: float
+    ep_gemm: float
     a2a: dict[str, float | None]  # all-to-all backend -> latency per call (None: unsupported)
     deepep_cap: int  # DeepEP low-latency dispatch buffer, tokens per rank
     activations_gb: float
@@ -660,8 +678,9 @@ def draw_node(seed: int) -> Node:
         overhead_ms=rng.uniform(0.6, 1.6),
         ar_cap_tokens=rng.choice([512, 1024, 2048]),
         nccl_ms=rng.uniform(0.018, 0.035),
-        launch_ms=rng.uniform(0.01, 0.03),
-        draft_launch_ms=rng.uniform(0.2, 0.6),
+        eager=rng.uniform(1.2, 1.7),
+        draft_eager=rng.uniform(1.5, 3.0),
+        graph_penalty=rng.uniform(0.0, 0.035),
         spec_request_ms=rng.uniform(0.01, 0.08),
     )
     nccl = {
@@ -705,6 +724,7 @@ def draw_node(seed: int) -> Node:
         symm=(rng.uniform(0.7, 1.1), rng.uniform(0.55, 0.95)) if hw.nvlink else None,
         attention=attention,
         ep_imbalance=rng.uniform(1.0, 1.3),
+        ep_gemm=rng.uniform(0.55, 0.95),
         a2a=a2a,
         deepep_cap=rng.choice([128, 256]),
         activations_gb=rng.uniform(2.5, 8.0),
@@ -882,8 +902,10 @@ def outcome(
         attention=attention,
         ep=ep,
         ep_imbalance=node.ep_imbalance,
+        ep_gemm=node.ep_gemm,
         a2a_ms=a2a_ms,
         graphed=running <= graph,
+        graph_size=graph,
     )
     if spec_on:
         length = accept_length(head, steps, topk, draft)
