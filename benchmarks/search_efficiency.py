@@ -841,13 +841,40 @@ def family_goals(cells: Sequence[FamilyCell]) -> list[str]:
 FAMILIES: dict[str, Any] = {"a": landscapes, "b": landscapes_specbundle}
 
 
-def family_tables(seeds: Sequence[int], folder: Path, *, family: str = "a") -> list[Table]:
-    """The landscapes of these seeds of one family as tables."""
+def family_tables(
+    seeds: Sequence[int],
+    folder: Path,
+    *,
+    family: str = "a",
+    descriptions: dict[str, str] | None = None,
+) -> list[Table]:
+    """The landscapes of these seeds of one family as tables (and their one-line descriptions)."""
     out = []
     for seed in seeds:
         land = FAMILIES[family].build(seed, folder)
         out.append(table_from(land.name, land.spec, land.table))
+        if descriptions is not None:
+            descriptions[land.name] = FAMILIES[family].describe(land)
     return out
+
+
+def print_per_node(
+    tables: Sequence[Table],
+    cells: Sequence[FamilyCell],
+    medians: Mapping[str, Mapping[int, float]] | None,
+    descriptions: Mapping[str, str],
+) -> None:
+    """Per node: every strategy's best/optimum per budget, random's median, the node."""
+    budgets = sorted(cells[0].ratios)
+    for i, table in enumerate(tables):
+        runs = "  ".join(
+            f"{cell.label.split(' (')[0].split(',')[0]}: "
+            + "/".join(f"{cell.ratios[b][i]:.3f}" for b in budgets)
+            for cell in cells
+        )
+        ref = "" if medians is None else "/".join(f"{medians[table.name][b]:.3f}" for b in budgets)
+        print(f"  {table.name}: {runs}  random median: {ref}")
+        print(f"    {descriptions.get(table.name, '')}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -882,6 +909,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="random-search runs per node for its median (0: no 'below random' column)",
     )
     parser.add_argument("--only", nargs="+", help="only strategies whose label has these words")
+    parser.add_argument(
+        "--per-node",
+        action="store_true",
+        help="also each node: every strategy's best/optimum per budget, random's median",
+    )
     parser.add_argument(
         "--grids", nargs="*", choices=sorted(GRIDS), default=[], help="also the simulator grids"
     )
@@ -918,8 +950,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.landscapes:
                 seeds = tuple(s for s in landscapes.parse_seeds(args.landscapes) if s in seeds)
             t1 = time.monotonic()
+            descriptions: dict[str, str] = {}
             with tempfile.TemporaryDirectory() as tmp:
-                family = family_tables(seeds, Path(tmp), family=name)
+                family = family_tables(seeds, Path(tmp), family=name, descriptions=descriptions)
             print(
                 f"family {name.upper()}: generated {len(family)} landscapes "
                 f"({time.monotonic() - t1:.0f} s)",
@@ -937,6 +970,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cells = run_family(family, budgets=args.budgets, strategies=args.only, medians=medians)
             label = f"family {name.upper()} ({module.__name__}.py), {args.family} set"
             print_family(label, cells, count=len(family), markdown=False)
+            if args.per_node:
+                print_per_node(family, cells, medians, descriptions)
             for line in family_goals(cells):
                 print(f"family {name.upper()} {args.family}: {line}")
             print(f"family {name.upper()}: {time.monotonic() - t1:.0f} s", flush=True)
