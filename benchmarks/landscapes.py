@@ -46,7 +46,7 @@ import random
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,8 +55,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from spec_sweep.core.config import Config, config_key, is_active, ordered_keys  # noqa: E402
+from landscape_tables import Landscape, configurations, parse_seeds, write_table  # noqa: E402
+
+from spec_sweep.core.config import config_key  # noqa: E402
 from spec_sweep.core.outcome import FailureMode  # noqa: E402
 
 # The same tree shape (one draft token per depth, then widening from the top) as the search's
@@ -65,7 +68,7 @@ from spec_sweep.search.spec_model import depth_widths  # noqa: E402
 from spec_sweep.search.tree_rules import check_tree  # noqa: E402
 from spec_sweep.spec import SweepSpec  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
-from spec_sweep.store.replay import ReplayRow, ReplayTable, export_columns, write_csv  # noqa: E402
+from spec_sweep.store.replay import ReplayRow, ReplayTable  # noqa: E402
 
 TUNING_SEEDS = tuple(range(20))
 TEST_SEEDS = tuple(range(100, 140))
@@ -379,36 +382,6 @@ def outcome(node: Node, config: Mapping[str, Any]) -> tuple[FailureMode, dict[st
 # Whole tables
 
 
-def configurations(spec: SweepSpec) -> Iterator[Config]:
-    """Every configuration of a finite space (define-by-run: inactive parameters left out)."""
-    keys = ordered_keys(spec.params)
-
-    def walk(i: int, config: Config) -> Iterator[Config]:
-        if i == len(keys):
-            yield dict(config)
-            return
-        param = spec.params[keys[i]]
-        if not is_active(param, config):
-            yield from walk(i + 1, config)
-            return
-        for value in param.values():
-            config[keys[i]] = value
-            yield from walk(i + 1, config)
-            del config[keys[i]]
-
-    yield from walk(0, {})
-
-
-@dataclass
-class Landscape:
-    """A node, its spec and the outcome of every configuration (a replay table)."""
-
-    name: str
-    spec: SweepSpec
-    table: ReplayTable
-    node: Node | None = None
-
-
 def build(seed: int, folder: Path) -> Landscape:
     """The landscape of one seed (its spec written into `folder`)."""
     node = draw_node(seed)
@@ -419,36 +392,6 @@ def build(seed: int, folder: Path) -> Landscape:
         rows[config_key(config)] = ReplayRow(line, config, mode, metrics)
     table = ReplayTable(path=f"landscape:{seed}", rows=rows)
     return Landscape(name=f"node{seed}", spec=spec, table=table, node=node)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def write_table(landscape: Landscape, path: Path) -> int:
-    """Write the landscape as a replay table (`spec-sweep export`'s layout); returns its rows."""
-    spec = landscape.spec
-    columns = export_columns(spec)
-    params = set(spec.params)
-
-    def rows() -> Iterator[dict[str, str]]:
-        for row in landscape.table.rows.values():
-            out: dict[str, str] = {}
-            for column in columns:
-                if column in params:
-                    out[column] = _cell(row.config[column]) if column in row.config else ""
-                elif column == "failure_mode":
-                    out[column] = row.failure_mode.value
-                else:
-                    value = row.metrics.get(column)
-                    out[column] = repr(value) if value is not None else ""
-            yield out
-
-    return write_csv(path, columns, rows())
 
 
 def describe(landscape: Landscape) -> str:
@@ -480,14 +423,6 @@ def describe(landscape: Landscape) -> str:
         f"{1 - len(ok) / len(rows):.0%} failing ({failing}); "
         f"optimum {kind}, {gain:.2f}x the best non-speculative"
     )
-
-
-def parse_seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

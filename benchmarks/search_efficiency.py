@@ -3,15 +3,24 @@
 Every trial on a real node costs minutes of 8 GPUs, so the number of trials a search needs is
 the product's central performance figure.
 
-**The family** (default, `--family test`; `--family tuning` for the seeds the search's settings
-were chosen on): the generated nodes of `benchmarks/landscapes.py`, whole replay tables. Side by
-side, one run per node and budget (the spec's `budget.trials` = 20, 40, 80; the searcher's seed
-is the node's seed): ours (the sweep's `SweepSearcher`, `searcher.kind: tpe`), random search
-(`SweepSearcher`, `kind: random`), plain Optuna TPE with constraints (`run_plain_tpe`), and the
-auto_benchmark tier-2 plan (below). Printed: the median and worst decile (10th percentile) over
-the nodes of best/optimum at 20, 40 and 80 trials, the mean share of the first 40 trials that
-failed, and how many 40-trial runs reported a non-speculative best on nodes where a speculative
-configuration is >= 1.3x better. The issue's acceptance for ours is checked at the end.
+**The families** (default, `--family test`; `--family tuning` for the seeds the search's
+settings were chosen on): generated nodes, whole replay tables, of two independent families
+(`--families a b`, both by default): A, `benchmarks/landscapes.py` (the search was tuned on its
+tuning seeds, and it shares the search's tree-shape assumption), and B,
+`benchmarks/landscapes_specbundle.py` (its own speculative model, calibrated on SpecBundle;
+several draft heads, searched as `speculative-draft-model-path`). Test seeds 100-139, tuning
+seeds 0-19 in both. Side by side, one run per node and budget (the spec's `budget.trials` =
+`--budgets`, 20 40 80 by default; the searcher's seed is the node's seed): ours (the sweep's
+`SweepSearcher`, `searcher.kind: tpe`), random search (`SweepSearcher`, `kind: random`), plain
+Optuna TPE with constraints (`run_plain_tpe`), and the auto_benchmark tier-2 plan (below); only
+ours reads its budget, so the others run once at the largest budget and are read at each.
+Printed per family: the median and worst decile (10th percentile) over the nodes of
+best/optimum at each budget, the mean share of the first 40 trials that failed, on how many
+nodes the strategy ended below random search's median on that node (`--random-seeds`, 20
+random-search runs per node, seeds apart from the strategies' own), and how many 40-trial runs
+reported a non-speculative best on nodes where a speculative configuration is >= 1.3x better.
+The issue's acceptance for ours is checked at the end of each family; `--markdown` prints both
+families in one table, each strategy's rows side by side.
 
 **The simulator grids** (`--family none --grids pcie h200`): the measurement below, on replay
 tables that hold
@@ -44,8 +53,9 @@ The sweep path itself (Ray Tune + MLflow, `spec-sweep run --replay`) drives the 
 class, so it proposes the same configurations; it only adds about 0.06 s of orchestration per
 trial (`benchmarks/overhead.py`).
 
-Run: `.venv/bin/python benchmarks/search_efficiency.py --markdown` (the family's test set, about
-8 minutes on 2 busy cores); `... --family none --grids pcie h200` (about 80 s on 2 cores, plus
+Run: `.venv/bin/python benchmarks/search_efficiency.py --markdown` (both families' test sets;
+`--families a --random-seeds 0` is the former family-only run, about 8 minutes on 2 busy
+cores); `... --family none --grids pcie h200` (about 80 s on 2 cores, plus
 45 s the first time to generate the tables); `--validate 18` first checks each table against
 the real trial path (`sim_grid.py --validate`, about 5 minutes); `--markdown` prints the README
 table; `--first-seed 10 --seeds 40` repeats it on other seeds.
@@ -59,6 +69,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import statistics
 import sys
 import tempfile
@@ -75,6 +86,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import landscapes  # noqa: E402
+import landscapes_specbundle  # noqa: E402
 import sim_grid  # noqa: E402
 
 from spec_sweep.core.config import (  # noqa: E402
@@ -609,7 +621,9 @@ def run_plain_tpe(table: Table, *, seed: int, budget: int) -> Run:
     return run
 
 
-def _family_strategies() -> list[tuple[str, Callable[[Table, int, int], Run]]]:
+def _family_strategies() -> list[tuple[str, bool, Callable[[Table, int, int], Run]]]:
+    """(label, whether a run depends on its budget, run) per strategy, in table order."""
+
     def ours(table: Table, seed: int, budget: int) -> Run:
         return _with_budget(table, "tpe", True, seed, budget)
 
@@ -623,14 +637,20 @@ def _family_strategies() -> list[tuple[str, Callable[[Table, int, int], Run]]]:
         del seed
         run = run_auto_benchmark(table, max_candidates=None, budget=budget)
         run.best, run.failed = run.best[:budget], run.failed[:budget]
+        run.configs = run.configs[:budget]
         return run
 
+    # Only ours reads the budget (its screening design is a quarter of it); the others propose
+    # the same sequence whatever the budget, so one run at the largest budget gives them all.
     return [
-        ("ours (TPE + SGLang rules + speculative model)", ours),
-        ("random search", rand),
-        ("Optuna TPE, constraints (plain)", plain),
-        ("auto_benchmark tier 2 plan", auto),
+        ("ours (TPE + SGLang rules + speculative model)", True, ours),
+        (RANDOM_LABEL, False, rand),
+        ("Optuna TPE, constraints (plain)", False, plain),
+        ("auto_benchmark tier 2 plan", False, auto),
     ]
+
+
+RANDOM_LABEL = "random search"
 
 
 def _with_budget(table: Table, kind: str, aware: bool, seed: int, budget: int) -> Run:
@@ -647,6 +667,12 @@ def _decile(values: Sequence[float]) -> float:
     return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
 
 
+def table_seed(table: Table) -> int:
+    """The node's seed, from its name (`node7`, `b7`)."""
+    match = re.search(r"(\d+)$", table.name)
+    return int(match.group(1)) if match else 0
+
+
 @dataclass
 class FamilyCell:
     """One strategy's runs over a family set: best/optimum per budget and failing share."""
@@ -654,28 +680,61 @@ class FamilyCell:
     label: str
     ratios: dict[int, list[float]] = field(default_factory=dict)
     failed: dict[int, list[float]] = field(default_factory=dict)
+    below: dict[int, list[bool]] = field(default_factory=dict)  # under random's median there
     missed: int = 0  # runs at 40 whose best was non-speculative while speculation won >= 1.3x
     seconds: float = 0.0
 
 
+def random_medians(
+    tables: Sequence[Table], *, budgets: Sequence[int], seeds: int
+) -> dict[str, dict[int, float]]:
+    """Per table and budget: the median best/optimum of random search over `seeds` runs.
+
+    The runs' seeds (`1_000_000 + 100 * node seed + k`) are apart from the seed of every
+    strategy's own run (the node's seed), so the reference is not the random row's own run.
+    """
+    out: dict[str, dict[int, float]] = {}
+    top = max(budgets)
+    for table in tables:
+        base = 1_000_000 + 100 * table_seed(table)
+        runs = [_with_budget(table, "random", True, base + k, top) for k in range(seeds)]
+        out[table.name] = {
+            b: statistics.median((r.best_after(b) or 0.0) / table.best for r in runs)
+            for b in budgets
+        }
+    return out
+
+
 def run_family(
-    tables: Sequence[Table], *, budgets: Sequence[int], strategies: Sequence[str] | None = None
+    tables: Sequence[Table],
+    *,
+    budgets: Sequence[int],
+    strategies: Sequence[str] | None = None,
+    medians: Mapping[str, Mapping[int, float]] | None = None,
 ) -> list[FamilyCell]:
-    """Every strategy on every table, one run per table and budget (seed = table's seed)."""
+    """Every strategy on every table, one run per table and budget (seed = table's seed).
+
+    With `medians` (random search's median per table and budget, `random_medians`), each cell
+    also records on which tables its run ended below that median.
+    """
     cells = []
-    for label, go in _family_strategies():
+    for label, by_budget, go in _family_strategies():
         if strategies is not None and not any(s in label for s in strategies):
             continue
         cell = FamilyCell(label)
         t0 = time.monotonic()
         for table in tables:
-            seed = int(table.name.removeprefix("node")) if table.name.startswith("node") else 0
+            seed = table_seed(table)
             spec_gain = _speculative_gain(table)
+            whole = None if by_budget else go(table, seed, max(budgets))
             for budget in budgets:
-                run = go(table, seed, budget)
+                run = go(table, seed, budget) if whole is None else whole
                 best = run.best_after(budget) or 0.0
-                cell.ratios.setdefault(budget, []).append(best / table.best)
+                ratio = best / table.best
+                cell.ratios.setdefault(budget, []).append(ratio)
                 cell.failed.setdefault(budget, []).append(run.failed_share(budget))
+                if medians is not None:
+                    cell.below.setdefault(budget, []).append(ratio < medians[table.name][budget])
                 if budget == 40 and spec_gain >= 1.3 and _best_is_plain(run, budget):
                     cell.missed += 1
         cell.seconds = time.monotonic() - t0
@@ -699,30 +758,61 @@ def _best_is_plain(run: Run, budget: int) -> bool:
     return bool(configs) and configs[-1].get(_ALGO) is None
 
 
+def _below(cell: FamilyCell, budget: int) -> str:
+    flags = cell.below.get(budget)
+    if not flags:
+        return "-"
+    return f"{sum(flags)}/{len(flags)}"
+
+
 def print_family(name: str, cells: Sequence[FamilyCell], *, count: int, markdown: bool) -> None:
-    """The family table: median and worst-decile best/optimum per budget, failing share."""
+    """The family table: median and worst decile per budget, failing share, below random."""
     budgets = sorted(cells[0].ratios)
-    print(f"\n{name} set: {count} landscapes, one run each per budget")
+    print(f"\n{name}: {count} landscapes, one run each per budget")
     head = " ".join(f"{f'@{b} med / p10':>15}" for b in budgets)
-    print(f"  {'strategy':<47} {head} {'failed@40':>9} {'plain best':>10} {'s':>6}")
+    below = " ".join(f"{f'<rnd@{b}':>8}" for b in budgets)
+    print(f"  {'strategy':<47} {head} {'failed@40':>9} {below} {'plain best':>10} {'s':>6}")
     for cell in cells:
         parts = " ".join(
             f"{statistics.median(cell.ratios[b]):>6.3f} / {_decile(cell.ratios[b]):<6.3f}"
             for b in budgets
         )
+        shares = " ".join(f"{_below(cell, b):>8}" for b in budgets)
         failed = statistics.fmean(cell.failed.get(40, [0.0]))
-        print(f"  {cell.label:<47} {parts} {failed:>9.0%} {cell.missed:>10} {cell.seconds:>6.0f}")
+        print(
+            f"  {cell.label:<47} {parts} {failed:>9.0%} {shares} {cell.missed:>10} "
+            f"{cell.seconds:>6.0f}"
+        )
     if markdown:
-        cols = " | ".join(f"best/optimum at {b} (median / worst decile)" for b in budgets)
-        print(f"\n| strategy | {cols} | failing trials (of 40) | plain reported, spec >= 1.3x |")
-        print("|---|" + "---:|" * (len(budgets) + 2))
-        for cell in cells:
+        print_family_markdown({name: cells})
+
+
+def print_family_markdown(families: Mapping[str, Sequence[FamilyCell]]) -> None:
+    """The README table: each strategy with one row per family, side by side."""
+    first = next(iter(families.values()))
+    budgets = sorted(first[0].ratios)
+    cols = " | ".join(f"at {b} (median / worst decile)" for b in budgets)
+    below = " | ".join(f"below random's median at {b}" for b in budgets)
+    print(
+        f"\n| strategy | family | {cols} | failing trials (of 40) | {below} "
+        "| plain reported, spec >= 1.3x |"
+    )
+    print("|---|---|" + "---:|" * (2 * len(budgets) + 2))
+    for i, cell in enumerate(first):
+        for family, cells in families.items():
+            row = cells[i]
             parts = " | ".join(
-                f"{statistics.median(cell.ratios[b]):.3f} / {_decile(cell.ratios[b]):.3f}"
+                f"{statistics.median(row.ratios[b]):.3f} / {_decile(row.ratios[b]):.3f}"
                 for b in budgets
             )
-            failed = statistics.fmean(cell.failed.get(40, [0.0]))
-            print(f"| {cell.label} | {parts} | {failed:.0%} | {cell.missed} |")
+            shares = " | ".join(
+                f"{sum(row.below[b]) / len(row.below[b]):.0%} ({sum(row.below[b])})"
+                if row.below.get(b)
+                else "-"
+                for b in budgets
+            )
+            failed = statistics.fmean(row.failed.get(40, [0.0]))
+            print(f"| {cell.label} | {family} | {parts} | {failed:.0%} | {shares} | {row.missed} |")
 
 
 def family_goals(cells: Sequence[FamilyCell]) -> list[str]:
@@ -734,16 +824,59 @@ def family_goals(cells: Sequence[FamilyCell]) -> list[str]:
         ("failing share at 40 <= 25%", statistics.fmean(ours.failed[40]) <= 0.25),
         ("never non-speculative best when speculation wins >= 1.3x", ours.missed == 0),
     ]
+    if 20 in ours.ratios:
+        checks.append(
+            ("median best/optimum at 20 >= 0.90", statistics.median(ours.ratios[20]) >= 0.90)
+        )
+    if ours.below.get(40):
+        checks.append(
+            (
+                f"never below random search's median at 40 (below on {sum(ours.below[40])} "
+                f"of {len(ours.below[40])} nodes)",
+                not any(ours.below[40]),
+            )
+        )
     return [f"{'PASS' if ok else 'FAIL'} {what}" for what, ok in checks]
 
 
-def family_tables(seeds: Sequence[int], folder: Path) -> list[Table]:
-    """The landscapes of these seeds as tables."""
+#: The landscape families: A (`landscapes.py`) and B (`landscapes_specbundle.py`).
+FAMILIES: dict[str, Any] = {"a": landscapes, "b": landscapes_specbundle}
+
+
+def family_tables(
+    seeds: Sequence[int],
+    folder: Path,
+    *,
+    family: str = "a",
+    descriptions: dict[str, str] | None = None,
+) -> list[Table]:
+    """The landscapes of these seeds of one family as tables (and their one-line descriptions)."""
     out = []
     for seed in seeds:
-        land = landscapes.build(seed, folder)
+        land = FAMILIES[family].build(seed, folder)
         out.append(table_from(land.name, land.spec, land.table))
+        if descriptions is not None:
+            descriptions[land.name] = FAMILIES[family].describe(land)
     return out
+
+
+def print_per_node(
+    tables: Sequence[Table],
+    cells: Sequence[FamilyCell],
+    medians: Mapping[str, Mapping[int, float]] | None,
+    descriptions: Mapping[str, str],
+) -> None:
+    """Per node: every strategy's best/optimum per budget, random's median, the node."""
+    budgets = sorted(cells[0].ratios)
+    for i, table in enumerate(tables):
+        runs = "  ".join(
+            f"{cell.label.split(' (')[0].split(',')[0]}: "
+            + "/".join(f"{cell.ratios[b][i]:.3f}" for b in budgets)
+            for cell in cells
+        )
+        ref = "" if medians is None else "/".join(f"{medians[table.name][b]:.3f}" for b in budgets)
+        print(f"  {table.name}: {runs}  random median: {ref}")
+        print(f"    {descriptions.get(table.name, '')}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -753,10 +886,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--family",
         choices=["test", "tuning", "none"],
         default="test",
-        help="landscape set of benchmarks/landscapes.py (report on test; tune on tuning)",
+        help="seed set of the landscape families (report on test; tune on tuning)",
+    )
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=sorted(FAMILIES),
+        default=sorted(FAMILIES),
+        help="a = benchmarks/landscapes.py, b = benchmarks/landscapes_specbundle.py (both)",
     )
     parser.add_argument("--landscapes", help="only these seeds of the set, e.g. 100-109")
+    parser.add_argument(
+        "--budgets",
+        nargs="+",
+        type=int,
+        default=list(FAMILY_BUDGETS),
+        help="trials at which the family tables read the best (default 20 40 80)",
+    )
+    parser.add_argument(
+        "--random-seeds",
+        type=int,
+        default=20,
+        metavar="N",
+        help="random-search runs per node for its median (0: no 'below random' column)",
+    )
     parser.add_argument("--only", nargs="+", help="only strategies whose label has these words")
+    parser.add_argument(
+        "--per-node",
+        action="store_true",
+        help="also each node: every strategy's best/optimum per budget, random's median",
+    )
     parser.add_argument(
         "--grids", nargs="*", choices=sorted(GRIDS), default=[], help="also the simulator grids"
     )
@@ -786,16 +945,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     ok = True
     if args.family != "none":
-        seeds = landscapes.TEST_SEEDS if args.family == "test" else landscapes.TUNING_SEEDS
-        if args.landscapes:
-            seeds = tuple(s for s in landscapes.parse_seeds(args.landscapes) if s in seeds)
-        with tempfile.TemporaryDirectory() as tmp:
-            family = family_tables(seeds, Path(tmp))
-        print(f"generated {len(family)} landscapes ({time.monotonic() - t0:.0f} s)")
-        cells = run_family(family, budgets=FAMILY_BUDGETS, strategies=args.only)
-        print_family(args.family, cells, count=len(family), markdown=args.markdown)
-        for line in family_goals(cells):
-            print(f"{args.family}: {line}")
+        results: dict[str, list[FamilyCell]] = {}
+        for name in args.families:
+            module = FAMILIES[name]
+            seeds = module.TEST_SEEDS if args.family == "test" else module.TUNING_SEEDS
+            if args.landscapes:
+                seeds = tuple(s for s in landscapes.parse_seeds(args.landscapes) if s in seeds)
+            t1 = time.monotonic()
+            descriptions: dict[str, str] = {}
+            with tempfile.TemporaryDirectory() as tmp:
+                family = family_tables(seeds, Path(tmp), family=name, descriptions=descriptions)
+            print(
+                f"family {name.upper()}: generated {len(family)} landscapes "
+                f"({time.monotonic() - t1:.0f} s)",
+                flush=True,
+            )
+            medians = None
+            if args.random_seeds:
+                t2 = time.monotonic()
+                medians = random_medians(family, budgets=args.budgets, seeds=args.random_seeds)
+                print(
+                    f"family {name.upper()}: random search's median over {args.random_seeds} "
+                    f"runs per node ({time.monotonic() - t2:.0f} s)",
+                    flush=True,
+                )
+            cells = run_family(family, budgets=args.budgets, strategies=args.only, medians=medians)
+            label = f"family {name.upper()} ({module.__name__}.py), {args.family} set"
+            print_family(label, cells, count=len(family), markdown=False)
+            if args.per_node:
+                print_per_node(family, cells, medians, descriptions)
+            for line in family_goals(cells):
+                print(f"family {name.upper()} {args.family}: {line}")
+            print(f"family {name.upper()}: {time.monotonic() - t1:.0f} s", flush=True)
+            results[f"{name.upper()}"] = cells
+        if args.markdown:
+            print_family_markdown(results)
         print(f"Total {time.monotonic() - t0:.0f} s.")
     if not args.grids:
         return 0
