@@ -735,6 +735,16 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
     rest = avail - plan.pre_load_avail_gib * (1.0 - plan.mem_fraction_static)
     cell = model.kv_bytes_per_token + (profile.draft.kv_bytes_per_token if spec else 0)
     tokens = int(rest * GIB // cell) if rest > 0 else 0
+    if rest <= 0 and config.flavor == "new":  # 0.5.14+: the weights exceed the static budget
+        message = texts.weights_leave_no_kv_message(
+            plan.mem_fraction_static, available_gib=avail, pre_load_gib=plan.pre_load_avail_gib
+        )
+        plan.failure = _scheduler_failure(
+            "memory_pool",
+            texts.SCHEDULER_INIT + texts.MEMORY_POOL,
+            exception="ValueError: " + message,
+        )
+        return plan
     if tokens <= 0:
         plan.failure = _scheduler_failure(
             "memory_pool",

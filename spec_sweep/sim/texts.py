@@ -11,6 +11,7 @@ printed; :mod:`spec_sweep.sim.boot` does that. Pure functions of their arguments
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -181,6 +182,33 @@ def not_enough_memory_message(mem_fraction_static: float) -> str:
         The message.
     """
     return f"{NOT_ENOUGH_MEMORY} Current value: mem_fraction_static={mem_fraction_static}"
+
+
+def weights_leave_no_kv_message(
+    mem_fraction_static: float, *, available_gib: float, pre_load_gib: float
+) -> str:
+    """The ``ValueError`` message of 0.5.14+ when the weights exceed the static budget.
+
+    ``model_runner_kv_cache_mixin.py`` 0.5.14:103-118, ``mem_cache/kv_cache_configurator.py``
+    0.5.17:1640-1655 and 0.5.23:3046-3060 (same text), checked against a real 0.5.17 log
+    (tests/fixtures/sglang/0.5.17/oom-low.log).
+
+    Args:
+        mem_fraction_static: The resolved ``--mem-fraction-static``.
+        available_gib: GPU memory free after the weights (target and draft) are loaded.
+        pre_load_gib: GPU memory free before loading.
+
+    Returns:
+        The message.
+    """
+    minimum = 1 - available_gib / pre_load_gib
+    suggested = math.ceil(minimum * 1000) / 1000
+    return (
+        "Loaded weights leave no GPU memory for the KV cache under "
+        f"--mem-fraction-static={mem_fraction_static}. Raise --mem-fraction-static above "
+        f"{suggested:.3f} (minimum viable = 1 - available/pre = {minimum:.4f}). If using "
+        "speculative decoding, draft weights are now counted."
+    )
 
 
 def format_size(num_bytes: float) -> str:

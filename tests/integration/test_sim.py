@@ -252,11 +252,20 @@ def test_oom_during_cuda_graph_capture(start_sim: object) -> None:
 
 
 def test_not_enough_memory_at_low_mem_fraction(start_sim: object) -> None:
+    # 0.5.14 and later refuse weights that exceed the static budget before sizing the KV pool
+    # (the real 0.5.17 text: tests/fixtures/sglang/0.5.17/oom-low.log); 0.5.13 says "Not enough
+    # memory" (tests/fixtures/sglang/0.5.13/oom-low.log).
     sim = start_sim("--mem-fraction-static", "0.70")  # type: ignore[operator]
     assert sim.wait_exit() == -signal.SIGKILL
     assert (
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.7. Raise --mem-fraction-static above " in sim.log()
+    )
+    old = start_sim("--mem-fraction-static", "0.70", "--sim-sglang-version", "0.5.13")  # type: ignore[operator]
+    assert old.wait_exit() == -signal.SIGKILL
+    assert (
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-        "Current value: mem_fraction_static=0.7" in sim.log()
+        "Current value: mem_fraction_static=0.7" in old.log()
     )
 
 

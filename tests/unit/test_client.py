@@ -183,6 +183,9 @@ def test_random_ids_conservative_when_config_has_no_vocab(tmp_path: Path) -> Non
 #: Gaps (s) before each event of a normal stream and the cumulative completion_tokens it carries.
 #: The third event commits three tokens at once, as a speculative verify step does.
 SCRIPT = ((0.03, 1), (0.01, 2), (0.06, 5), (0.01, 6))
+#: Streams recorded from real SGLang 0.5.17 (tests/fixtures/sglang/0.5.17/README.md).
+REAL_STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "0.5.17" / "streams"
+
 #: Text that would fool a client searching the JSON text for the key without its quotes.
 TRICKY_TEXT = 'say "completion_tokens": 999 '
 
@@ -235,6 +238,16 @@ def _build_app(state: ServerState) -> web.Application:
             request.transport and request.transport.get_extra_info("peername")
         )
         mode = body.get("text") if isinstance(body.get("text"), str) else "normal"
+        if mode.startswith("REPLAY:"):  # a stream recorded from real SGLang, event by event
+            recorded = (REAL_STREAMS / mode.removeprefix("REPLAY:")).read_bytes()
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for event in recorded.split(b"\n\n"):
+                if event.strip():
+                    await asyncio.sleep(0.002)
+                    await response.write(event + b"\n\n")
+            await response.write_eof()
+            return response
         if mode == "ERROR400":
             message = "The input (40000 tokens) is longer than the model's context length."
             return web.json_response({"error": {"message": message}}, status=400)
@@ -569,3 +582,36 @@ def test_unreachable_server_is_data(tmp_path: Path) -> None:
     assert bench.first_error is not None
     assert bench.first_error.startswith("ConnectError")
     assert bench.levels[0].server_accept_length is None
+
+
+@pytest.mark.parametrize(
+    ("recording", "tokens", "verify"),
+    [
+        ("base-generate_stream.sse", 24, None),
+        ("base-generate_logprobs_stream.sse", 24, None),
+        ("ngram-d8-generate_stream.sse", 24, 11),
+    ],
+)
+def test_streams_recorded_from_real_sglang_parse(
+    server: tuple[str, ServerState], tmp_path: Path, recording: str, tokens: int, verify: int | None
+) -> None:
+    url, _ = server
+    workload = WorkloadSpec(
+        dataset=_dataset(tmp_path, f"REPLAY:{recording}"),
+        output_len=tokens,
+        num_prompts=1,
+        concurrency=(1,),
+        warmup_prompts=0,
+    )
+    bench = _run(url, workload)
+    assert bench.error_count == 0, bench.first_error
+    (out,) = bench.levels[0].outputs
+    assert out.error is None
+    assert out.output_tokens == tokens
+    assert out.prompt_tokens == 8
+    assert out.e2e_latency_s is not None
+    assert out.e2e_latency_s > 0
+    assert out.ttft_s is not None
+    assert out.spec_verify_ct == verify
+    # Cumulative streaming (SGLang's default): one ITL per token after the first.
+    assert len(out.itl_s) == tokens - 1

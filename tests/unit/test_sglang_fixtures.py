@@ -1,8 +1,9 @@
 """The classifier, the log watcher and the simulator's texts against what real SGLang printed.
 
-`tests/fixtures/sglang/0.5.13/` holds server logs from real SGLang 0.5.13 boots on H200s (the
-tests/real matrix; `cases.json` says what each was and how it must be classified). Nothing here
-was written by our simulator.
+`tests/fixtures/sglang/<version>/` holds server logs from real SGLang boots on H200s (0.5.13 with
+a dummy-weight Llama, 0.5.17 with the real SmolLM2-135M checkpoint; the tests/real matrix;
+`cases.json` says what each was and how it must be classified). Nothing here was written by our
+simulator.
 """
 
 from __future__ import annotations
@@ -18,12 +19,22 @@ from spec_sweep.core.outcome import FailureMode
 from spec_sweep.node.classify import classify, find_fatal
 from spec_sweep.sim import texts
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "0.5.13"
-CASES: list[dict[str, Any]] = json.loads((FIXTURES / "cases.json").read_text())
+ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
+VERSIONS = ("0.5.13", "0.5.17")
+FIXTURES = ROOT / "0.5.13"
+CASES: list[dict[str, Any]] = [
+    {**case, "version": version}
+    for version in VERSIONS
+    for case in json.loads((ROOT / version / "cases.json").read_text())
+]
 
 
-def _log(name: str) -> str:
-    return (FIXTURES / name).read_text()
+def _log(name: str, version: str = "0.5.13") -> str:
+    return (ROOT / version / name).read_text()
+
+
+def _case_id(case: dict[str, Any]) -> str:
+    return f"{case['version']}/{case['log']}"
 
 
 def _shape(text: str) -> str:
@@ -31,17 +42,19 @@ def _shape(text: str) -> str:
     return re.sub(r"\d+(?:\.\d+)?", "N", text)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["log"] for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_real_logs_are_classified_as_what_happened(case: dict[str, Any]) -> None:
-    result = classify(log_text=_log(case["log"]), exit_code=case["exit_code"], ready=case["ready"])
+    log = _log(case["log"], case["version"])
+    result = classify(log_text=log, exit_code=case["exit_code"], ready=case["ready"])
     assert result.mode is FailureMode(case["mode"]), result
     if "reason" in case:
         assert case["reason"] in result.reason
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["mode"] == "none"], ids=lambda c: c["log"])
+@pytest.mark.parametrize("case", [c for c in CASES if c["mode"] == "none"], ids=_case_id)
 def test_the_watcher_never_kills_a_healthy_real_boot(case: dict[str, Any]) -> None:
-    fatal = [line for line in _log(case["log"]).splitlines() if find_fatal(line) is not None]
+    log = _log(case["log"], case["version"])
+    fatal = [line for line in log.splitlines() if find_fatal(line) is not None]
     assert fatal == []
 
 
@@ -79,10 +92,43 @@ def test_the_simulated_decode_line_has_the_real_fields() -> None:
     )
     lines = [
         line.split("] ", 1)[1]
-        for name in ("baseline-0.log", "ngram-d8.log")
-        for line in _log(name).splitlines()
+        for version, name in [
+            ("0.5.13", "baseline-0.log"),
+            ("0.5.13", "ngram-d8.log"),
+            ("0.5.17", "baseline-1.log"),
+            ("0.5.17", "ngram-d8.log"),
+        ]
+        for line in _log(name, version).splitlines()
         if "Decode batch" in line
     ]
     assert lines
     assert all(shape.match(line) for line in lines), [x for x in lines if not shape.match(x)]
     assert any("accept len" in line for line in lines)
+
+
+def test_the_simulated_0_5_17_low_end_oom_reads_like_the_real_one() -> None:
+    real = next(
+        line.split("ValueError: ", 1)[1]
+        for line in _log("oom-low.log", "0.5.17").splitlines()
+        if line.startswith("ValueError: Loaded weights")
+    )
+    sim = texts.weights_leave_no_kv_message(0.001, available_gib=140.6, pre_load_gib=140.9)
+    assert _shape(sim) == _shape(real)
+
+
+def test_the_simulated_startup_timings_line_and_server_info_are_the_real_ones() -> None:
+    from spec_sweep.sim.boot import BootResult  # the simulated node's own boot phases
+
+    boot = BootResult(load_weight_s=0.2, kv_cache_s=0.04)
+    boot.add_graph("decode", 2.25)
+    boot.finish(spawn_s=21.8)
+    real_line = next(
+        line.split("] ", 1)[1]
+        for line in _log("baseline-1.log", "0.5.17").splitlines()
+        if "Engine startup timings" in line
+    )
+    assert _shape(boot.timings_line()) == _shape(real_line)
+    info = json.loads((ROOT / "0.5.17" / "streams" / "base-server_info.json").read_text())
+    real, sim = info["startup_time"], boot.startup_time()
+    assert set(real) == set(sim)
+    assert set(real["cuda_graph"]) == set(sim["cuda_graph"])
