@@ -16,6 +16,7 @@ __all__ = [
     "INTERVAL_METRICS",
     "INTERVAL_NAMES",
     "LEVEL_METRICS",
+    "QUALITY_METRICS",
     "metric_names",
 ]
 
@@ -36,6 +37,13 @@ INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")
 #: The interval metrics' names, per level metric of `INTERVAL_METRICS`.
 INTERVAL_NAMES: tuple[str, ...] = tuple(
     f"{m}{s}" for m in INTERVAL_METRICS for s in ("_ci_low", "_ci_high")
+)
+#: Metrics of the output-quality gate, once per judged trial (README, "Output quality").
+QUALITY_METRICS: tuple[str, ...] = (
+    "quality_confident_share",
+    "quality_near_tie_flips",
+    "quality_first_divergence",
+    "quality_agreement",
 )
 #: Metrics measured once per trial.
 BASE_METRICS: tuple[str, ...] = ("speedup_vs_baseline", "boot_s", "gpu_mem_peak_gib")
@@ -58,7 +66,7 @@ def metric_names(workload: Workload, *, cost: bool = False, quality: bool = Fals
     Args:
         workload: The workload (levels, goodput).
         cost: `node.cost_per_hour` is set: trials report `usd_per_million_tokens`.
-        quality: the quality gate is on: trials report `quality_agreement`.
+        quality: the quality gate is on: trials report `QUALITY_METRICS`.
     """
     names = list(BASE_METRICS)
     level = [*LEVEL_METRICS, *INTERVAL_NAMES]
@@ -71,5 +79,5 @@ def metric_names(workload: Workload, *, cost: bool = False, quality: bool = Fals
     if cost:
         names.append("usd_per_million_tokens")
     if quality:
-        names.append("quality_agreement")
+        names += QUALITY_METRICS
     return names

@@ -51,7 +51,7 @@ class FailureMode(enum.StrEnum):
     BENCH_ERROR = "bench_error"
     """The server answered, but requests failed."""
     WRONG_OUTPUT = "wrong_output"
-    """The server answered, but its greedy outputs disagree with the baseline's (quality gate)."""
+    """The server answered, but its greedy outputs diverge where the baseline was confident."""
     NODE_LOST = "node_lost"
     """The node or its Ray worker went away; the trial is retried elsewhere."""
     ENVIRONMENT = "environment"

@@ -6,8 +6,8 @@
 - `trial`: `run_trial`, one configuration end to end (GPU guard, launch, readiness, benchmark,
   teardown, classify);
 - `server`, `procs`, `ports`, `gpu`: the server process, process groups, ports, NVML;
-- `client`, `prompts`, `metrics`, `goodput`, `quality`: the benchmark, its prompts, its
-  metrics, the SLA bisection and the output-quality gate;
+- `client`, `prompts`, `metrics`, `goodput`, `quality`, `divergence`: the benchmark, its
+  prompts, its metrics, the SLA bisection, the output-quality gate and its rule;
 - `classify` and `log_patterns`: how a trial ended, from real log texts.
 
 No Ray, no Optuna, no MLflow. This package imports nothing on its own.

@@ -1,34 +1,53 @@
-"""The output-quality gate: greedy outputs of a trial compared with the baseline's.
+"""The output-quality gate's requests and record: greedy outputs, the baseline's reference.
 
-This module owns the gate of README "Output quality": after the benchmark, in the same boot, the
-first `quality.num_prompts` prompts of the builtin set (fixed order, the same for every trial)
-are decoded greedily (temperature 0, `quality.tokens` new tokens, EOS ignored) in one batch
-request, and the output token ids are compared with the baseline trial's. A prompt's agreement is
-the length of the common prefix of the two outputs over the first N tokens, divided by N (after
-the first different token greedy decoding follows another path, so later positions say nothing);
-the trial's agreement is the mean over prompts. Below `quality.min_agreement` the trial ends as
-`wrong_output`. The baseline's outputs are the reference: the baseline trial writes them to its
-folder (`<state>/trials/t0000/attempt<N>/quality.json`), later trials read the newest one there.
-A trial that finishes before the baseline's outputs exist is not judged (said in its reason).
+This module owns how the gate of README "Output quality" runs in a trial: after the benchmark,
+in the same boot, the first `quality.num_prompts` prompts of the builtin set (fixed order, the
+same for every trial, formatted as the workload formats its prompts) are decoded greedily
+(temperature 0, `quality.tokens` new tokens, EOS ignored) in one batch `/generate`. The baseline
+(`t0000`) also asks for the top log-probabilities of every output position (`return_logprob`,
+`top_logprobs_num` 5) and writes outputs and log-probabilities to its folder
+(`<state>/trials/t0000/attempt<N>/quality.json`) as the reference; the other trials ask for the
+outputs alone (a server that cannot return log-probabilities is never judged by that), read the
+newest reference there, and are judged by `node.divergence`'s rule; each writes its verdict per
+prompt and every diverging prompt with both continuations to its own `quality.json`. A trial
+that finishes before the reference exists is not judged (its reason says so).
+
+Asking for log-probabilities could change the baseline's kernels only by rounding, which can
+flip a near tie, which the rule excuses (on a real 0.5.17 server the plain and the
+log-probability answers of one prompt were identical). A flipped prompt is not re-anchored
+(asking the trial's server to continue from the baseline's prefix through the flip): the
+simulated node keys a greedy path by the prompt as sent, so an extended prompt is another path
+there; on real SGLang it would need the prompts' token ids (they are sent as text, and the
+product has no tokenizer), and the continuation would be prefilled, not decoded: other numerics
+than those being judged.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from spec_sweep.core.ids import BASELINE_ID
+from spec_sweep.node.divergence import (
+    Divergence,
+    PromptVerdict,
+    QualityCheck,
+    Top,
+    judge_outputs,
+    parse_top_logprobs,
+)
 from spec_sweep.node.prompts import load_prompts
 from spec_sweep.spec import QualitySpec, WorkloadSpec
 
 __all__ = [
     "QUALITY_NAME",
+    "TOP_LOGPROBS",
+    "GreedyOutput",
     "QualityCheck",
-    "agreement",
     "check_quality",
     "greedy_outputs",
     "quality_prompts",
@@ -36,25 +55,26 @@ __all__ = [
 
 #: The file (in a trial's folder and its MLflow run) holding its greedy outputs and verdict.
 QUALITY_NAME = "quality.json"
-#: The baseline's trial id (`search.objective.BASELINE_ID`, which this layer may not import).
-_BASELINE_ID = "t0000"
+#: Top log-probabilities the baseline asks for per output position (as measured on the H200).
+TOP_LOGPROBS = 5
 
 
 @dataclass(frozen=True)
-class QualityCheck:
-    """The gate's verdict on one trial.
+class GreedyOutput:
+    """One batch of greedy outputs.
 
     Attributes:
-        agreement: Mean token agreement with the baseline (None: no reference to compare with).
-        passed: Whether the trial may count (True when not judged).
-        reason: One line: the agreement and the first diverging prompt, or why not judged.
-        diverging: The first diverging prompt with both continuations (token ids and text).
+        prompts: The prompts, in the fixed order.
+        ids: The output token ids per prompt.
+        texts: The output texts per prompt.
+        top: Per prompt, per output position, the top log-probabilities (None where the
+            server reported none; the whole field None when they were not asked for).
     """
 
-    agreement: float | None
-    passed: bool
-    reason: str
-    diverging: dict[str, Any] | None = None
+    prompts: list[str]
+    ids: list[list[int]]
+    texts: list[str]
+    top: list[list[Top | None]] | None = field(default=None)
 
 
 def quality_prompts(quality: QualitySpec, workload: WorkloadSpec, *, model_path: str) -> list[str]:
@@ -77,18 +97,24 @@ def greedy_outputs(
     workload: WorkloadSpec,
     model_path: str,
     request_timeout_s: float,
-) -> tuple[list[str], list[list[int]], list[str]]:
+    top_logprobs: int = 0,
+) -> GreedyOutput:
     """Decode the fixed prompts greedily in one batch `/generate` request.
 
-    Returns:
-        The prompts, the output token ids and the output texts, one per prompt.
+    Args:
+        base_url: The server.
+        quality: The gate's settings.
+        workload: The workload (how prompts are formatted).
+        model_path: The served model (its chat template).
+        request_timeout_s: Timeout of the request.
+        top_logprobs: Also ask for this many top log-probabilities per output position (0: no).
 
     Raises:
         httpx.HTTPError: the request failed.
         ValueError: the answer has no `output_ids` per prompt.
     """
     prompts = quality_prompts(quality, workload, model_path=model_path)
-    body = {
+    body: dict[str, Any] = {
         "text": prompts,
         "sampling_params": {
             "temperature": 0.0,
@@ -96,10 +122,14 @@ def greedy_outputs(
             "ignore_eos": True,
         },
     }
-    # SGLang 0.5.13 answers a non-streaming batch with one JSON list of
-    # {"text", "output_ids", "meta_info"} per prompt (http_server.generate_request returns the
-    # first item of TokenizerManager._handle_batch_request: the gathered finished outputs, whose
-    # "output_ids" is a copy of the request state's ids); read in the 0.5.13 wheel's source.
+    if top_logprobs > 0:
+        # Output positions only (`logprob_start_len` -1), as scripts/real_quality.py asked
+        # SGLang 0.5.13 and 0.5.17 on the H200.
+        body.update(return_logprob=True, top_logprobs_num=top_logprobs, logprob_start_len=-1)
+    # SGLang answers a non-streaming batch with one JSON list of {"text", "output_ids",
+    # "meta_info"} per prompt (http_server.generate_request returns the gathered outputs of
+    # TokenizerManager._handle_batch_request; read in 0.5.13's source, recorded from 0.5.17 in
+    # tests/fixtures/sglang/0.5.17/streams/base-generate_batch_logprobs.json).
     with httpx.Client(base_url=base_url, timeout=request_timeout_s, trust_env=False) as client:
         r = client.post("/generate", json=body)
         r.raise_for_status()
@@ -108,53 +138,27 @@ def greedy_outputs(
         raise ValueError(
             f"expected {len(prompts)} outputs from a batch /generate, got {data!r:.200}"
         )
+    return _parse_batch(prompts, data, logprobs=top_logprobs > 0)
+
+
+def _parse_batch(prompts: list[str], data: list[Any], *, logprobs: bool) -> GreedyOutput:
     ids: list[list[int]] = []
     texts: list[str] = []
+    tops: list[list[Top | None]] = []
     for item in data:
         out = item.get("output_ids") if isinstance(item, dict) else None
         if not isinstance(out, list):
             raise ValueError("the /generate answer has no output_ids: cannot compare tokens")
         ids.append([int(t) for t in out])
         texts.append(str(item.get("text", "")))
-    return prompts, ids, texts
-
-
-def agreement(
-    reference: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], *, tokens: int
-) -> tuple[float, int | None]:
-    """Mean common-prefix agreement over the first `tokens` tokens, and the first diverging prompt.
-
-    Args:
-        reference: The baseline's output ids per prompt.
-        outputs: The trial's output ids per prompt (same prompts, same order).
-        tokens: N, the tokens compared per prompt.
-
-    Returns:
-        (mean over prompts of common prefix / N, index of the first prompt that differs or None).
-
-    Raises:
-        ValueError: different prompt counts, or no prompt.
-    """
-    if len(reference) != len(outputs) or not reference:
-        raise ValueError(f"{len(reference)} reference outputs but {len(outputs)} outputs")
-    scores: list[float] = []
-    first: int | None = None
-    for i, (ref, out) in enumerate(zip(reference, outputs, strict=True)):
-        ref_n, out_n = list(ref[:tokens]), list(out[:tokens])
-        same = 0
-        for a, b in zip(ref_n, out_n, strict=False):
-            if a != b:
-                break
-            same += 1
-        scores.append(same / tokens)
-        if first is None and (same < tokens or ref_n != out_n):
-            first = i
-    return sum(scores) / len(scores), first
+        tops.append(parse_top_logprobs(item.get("meta_info")) or [])
+    has_top = logprobs and any(tops)
+    return GreedyOutput(prompts, ids, texts, tops if has_top else None)
 
 
 def _reference(trial_dir: Path) -> dict[str, Any] | None:
     """The baseline's saved outputs (newest attempt), if any."""
-    base = trial_dir.parent.parent / _BASELINE_ID
+    base = trial_dir.parent.parent / BASELINE_ID
     for path in sorted(base.glob(f"attempt*/{QUALITY_NAME}"), reverse=True):
         try:
             data = json.loads(path.read_text())
@@ -163,6 +167,64 @@ def _reference(trial_dir: Path) -> dict[str, Any] | None:
         if isinstance(data, dict) and isinstance(data.get("ids"), list):
             return data
     return None
+
+
+def _reference_top(ref: dict[str, Any]) -> list[list[Top | None]] | None:
+    """The reference's top log-probabilities as `judge_outputs` takes them."""
+    raw = ref.get("top_logprobs")
+    if not isinstance(raw, list):
+        return None
+    return [
+        [[(float(lp), int(t)) for lp, t in pos] if pos else None for pos in prompt or []]
+        for prompt in raw
+    ]
+
+
+def _baseline_check(out: GreedyOutput, quality: QualitySpec) -> QualityCheck:
+    """The baseline against itself: identical by definition; says when margins are missing."""
+    check = judge_outputs(out.ids, out.top, out.ids, quality=quality)
+    remark = ""
+    if out.top is None:
+        remark = (
+            "the baseline's server returned no top log-probabilities: every divergence from "
+            "its greedy outputs will count as confident"
+        )
+    reason = remark or "the baseline's greedy outputs are the reference"
+    return QualityCheck(
+        True, True, reason, check.verdicts, check.agreement, quality.tokens, remark=remark
+    )
+
+
+def _diverging(
+    v: PromptVerdict, out: GreedyOutput, ref: dict[str, Any], tokens: int
+) -> dict[str, Any]:
+    """One diverging prompt with both continuations, for `quality.json`."""
+    i = v.index
+    ref_texts = ref.get("texts") or [""] * len(out.ids)
+    return {
+        **v.as_json(),
+        "prompt": out.prompts[i],
+        "baseline_ids": ref["ids"][i][:tokens],
+        "trial_ids": out.ids[i][:tokens],
+        "baseline_text": ref_texts[i],
+        "trial_text": out.texts[i],
+    }
+
+
+def _judge_trial(
+    out: GreedyOutput, ref: dict[str, Any] | None, quality: QualitySpec
+) -> tuple[QualityCheck, list[dict[str, Any]]]:
+    """A trial's verdict against the reference, and its diverging prompts for the record."""
+    if ref is None or len(ref["ids"]) != len(out.ids) or ref.get("prompts") != out.prompts:
+        reason = "quality not checked: no baseline outputs for these prompts yet"
+        return QualityCheck(False, True, reason), []
+    check = judge_outputs(ref["ids"], _reference_top(ref), out.ids, quality=quality)
+    order = {Divergence.CONFIDENT: 0, Divergence.NEAR_TIE: 1}
+    shown = sorted(
+        (v for v in check.verdicts if v.divergence in order),
+        key=lambda v: (order[v.divergence], v.index),
+    )
+    return check, [_diverging(v, out, ref, quality.tokens) for v in shown]
 
 
 def check_quality(
@@ -175,53 +237,51 @@ def check_quality(
     trial_id: str,
     request_timeout_s: float,
 ) -> QualityCheck:
-    """Decode the fixed prompts, save them to `trial_dir/quality.json`, and judge them.
+    """Decode the fixed prompts, judge them, and save both to `trial_dir/quality.json`.
 
-    The baseline (`t0000`) is the reference and always passes. A request that fails is reported
-    as not judged (the benchmark's own classification decides such a trial).
+    The baseline (`t0000`) asks for top log-probabilities too, is the reference and always
+    passes. A request that fails is reported as not judged (the benchmark's own classification
+    decides such a trial).
     """
+    baseline = trial_id == BASELINE_ID
     try:
-        prompts, ids, texts = greedy_outputs(
+        out = greedy_outputs(
             base_url,
             quality,
             workload=workload,
             model_path=model_path,
             request_timeout_s=request_timeout_s,
+            top_logprobs=TOP_LOGPROBS if baseline else 0,
         )
     except (httpx.HTTPError, ValueError) as exc:
-        return QualityCheck(None, True, f"quality not checked: {type(exc).__name__}: {exc}")
-    record: dict[str, Any] = {"prompts": prompts, "ids": ids, "texts": texts}
-    check: QualityCheck
-    if trial_id == _BASELINE_ID:
-        check = QualityCheck(1.0, True, "the baseline's greedy outputs are the reference")
+        return QualityCheck(False, True, f"quality not checked: {type(exc).__name__}: {exc}")
+    diverging: list[dict[str, Any]] = []
+    if baseline:
+        check = _baseline_check(out, quality)
     else:
-        ref = _reference(trial_dir)
-        if ref is None or len(ref["ids"]) != len(ids) or ref.get("prompts") != prompts:
-            check = QualityCheck(
-                None, True, "quality not checked: no baseline outputs for these prompts yet"
-            )
-        else:
-            score, first = agreement(ref["ids"], ids, tokens=quality.tokens)
-            diverging = None
-            if first is not None:
-                diverging = {
-                    "prompt_index": first,
-                    "prompt": prompts[first],
-                    "baseline_ids": ref["ids"][first][: quality.tokens],
-                    "trial_ids": ids[first][: quality.tokens],
-                    "baseline_text": ref.get("texts", [""] * len(ids))[first],
-                    "trial_text": texts[first],
-                }
-            passed = score >= quality.min_agreement
-            reason = (
-                f"token agreement with the baseline {score:.3f} "
-                f"{'>=' if passed else '<'} quality.min_agreement {quality.min_agreement}"
-            )
-            if first is not None:
-                reason += f"; first diverging prompt #{first}: {prompts[first][:60]!r}"
-            check = QualityCheck(score, passed, reason, diverging)
-    record.update({"agreement": check.agreement, "passed": check.passed, "reason": check.reason})
-    if check.diverging is not None:
-        record["first_diverging"] = check.diverging
+        check, diverging = _judge_trial(out, _reference(trial_dir), quality)
+    record: dict[str, Any] = {"prompts": out.prompts, "ids": out.ids, "texts": out.texts}
+    record.update(
+        rule={
+            "tokens": quality.tokens,
+            "margin_nats": quality.margin_nats,
+            "max_confident_share": quality.max_confident_share,
+        },
+        judged=check.judged,
+        passed=check.passed,
+        reason=check.reason,
+        agreement=check.agreement,
+        confident_share=check.confident_share,
+        verdicts=[v.as_json() for v in check.verdicts],
+        diverging=diverging,
+    )
+    if diverging:
+        record["first_diverging"] = diverging[0]
+    if baseline:  # last: the bulk of the file
+        record["top_logprobs"] = (
+            [[[[round(lp, 6), t] for lp, t in pos] if pos else None for pos in p] for p in out.top]
+            if out.top is not None
+            else None
+        )
     (trial_dir / QUALITY_NAME).write_text(json.dumps(record, indent=1))
     return check

@@ -206,8 +206,8 @@ def _quality_verdict(
     if quality is not None:
         if mode is FailureMode.NONE and not quality.passed:
             mode, reason = FailureMode.WRONG_OUTPUT, f"wrong output: {quality.reason}"
-        elif mode is FailureMode.NONE and quality.agreement is None:
-            reason = f"{reason} ({quality.reason})" if reason else quality.reason
+        elif mode is FailureMode.NONE and quality.note:
+            reason = f"{reason} ({quality.note})" if reason else quality.note
     return mode, reason
 
 
@@ -223,8 +223,8 @@ def _metrics(spec: SweepSpec, run: _Served, *, trial_dir: Path, measured: bool) 
     if extras.goodput is not None:
         metrics.update(extras.goodput.metrics())
         _write_goodput(trial_dir / GOODPUT_NAME, extras.goodput)
-    if extras.quality is not None and extras.quality.agreement is not None:
-        metrics["quality_agreement"] = round(extras.quality.agreement, 4)
+    if extras.quality is not None:
+        metrics.update(extras.quality.metrics())
     if run.peak_gib is not None:
         metrics["gpu_mem_peak_gib"] = round(run.peak_gib, 3)
     if measured:

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from spec_sweep.core.config import Config
 from spec_sweep.core.history import History
+from spec_sweep.core.ids import BASELINE_ID
 from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
+from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.core.secrets import redact, secret_values
 from spec_sweep.core.verdict import Verdict
@@ -144,3 +146,46 @@ class SweepView:
                 "output tokens"
             )
         return lines
+
+    def quality_lines(self) -> list[str]:
+        """The summary's line on the output-quality gate (none when the spec has no gate)."""
+        return quality_lines(self.spec, self.history.done)
+
+
+def quality_lines(spec: SweepSpec, done: list[TrialRecord]) -> list[str]:
+    """The quality gate's verdicts over a sweep's trials, in one line (README, "Output quality").
+
+    Judged trials carry `quality_confident_share`; `wrong_output` ones failed the gate, and the
+    first one's reason says where its outputs went wrong. The baseline, the reference, is left
+    out.
+    """
+    q = spec.quality
+    if q is None:
+        return []
+    trials = [r for r in done if r.trial_id != BASELINE_ID]
+    wrong = [r for r in trials if r.failure_mode is FailureMode.WRONG_OUTPUT]
+    share = {
+        r.trial_id: r.metrics["quality_confident_share"]
+        for r in trials
+        if "quality_confident_share" in r.metrics and r not in wrong
+    }
+    flips = [r for r in trials if r.trial_id in share and r.metrics.get("quality_near_tie_flips")]
+    confident = sum(1 for v in share.values() if v > 0)
+    near_only = sum(1 for r in flips if not share[r.trial_id])
+    parts = [f"{len(share) - near_only - confident} identical to the baseline"]
+    parts.append(f"{near_only} passed with near-tie flips only")
+    if confident:
+        parts.append(f"{confident} passed with confident divergences within the allowed share")
+    unjudged = sum(1 for r in trials if r.measured and r.trial_id not in share)
+    if unjudged:
+        parts.append(f"{unjudged} not judged")
+    parts.append(f"{len(wrong)} wrong_output")
+    text = (
+        f"quality gate ({q.num_prompts} prompts x {q.tokens} tokens; near tie < "
+        f"{q.margin_nats:g} nats; confident share <= {q.max_confident_share:g}): "
+        + ", ".join(parts)
+    )
+    if wrong:
+        why = wrong[0].reason.removeprefix("wrong output: ")
+        text += f" ({wrong[0].trial_id}: {why[:200]})"
+    return [text]

@@ -2,9 +2,10 @@
 
 This module renders a `sweep_view.SweepView` as the end-of-run summary: the ranked top
 configurations (with the constraints each breaks, when the objective has constraints), failures
-by mode, the winner per concurrency level and the cost, the confirmation table with its verdict
-and drift, the configuration to launch as a ready-to-paste command, where to look in MLflow and
-the report, and why the run stopped when it did not finish. The live table is `live`.
+by mode, the winner per concurrency level and the cost, the quality gate's verdicts, the
+confirmation table with its verdict and drift, the configuration to launch as a ready-to-paste
+command, where to look in MLflow and the report, and why the run stopped when it did not finish.
+The live table is `live`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def print_summary(console: Console, outcome: SweepSummary) -> None:
         counts = ", ".join(f"{mode} {n}" for mode, n in sorted(view.failures.items()))
         parts.append(Text(f"failures: {counts}"))
     parts += [Text(line) for line in view.load_and_cost_lines()]
+    parts += [Text(line) for line in view.quality_lines()]
     if view.verdict is not None:
         parts += _verdict_lines(spec, view.verdict)
     parts += _pick_lines(view)

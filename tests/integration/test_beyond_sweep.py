@@ -2,9 +2,9 @@
 
 The simulated node corrupts greedy outputs whenever EAGLE-3 is on (`SPEC_SWEEP_SIM_CORRUPT_OUTPUT`
 in `node.env`, the simulator's own fault): every speculative trial must end as `wrong_output`
-(recorded with its `quality.json`), never be the winner, and the baseline must win; cost per token
-is recorded per measured trial; the report and the summary show cost against a grid and the
-winner per level.
+(recorded with its `quality.json` and its confident share in MLflow), never be the winner, and
+the baseline must win; cost per token is recorded per measured trial; the report and the summary
+show cost against a grid, the winner per level and the quality gate's verdicts.
 """
 
 from __future__ import annotations
@@ -76,16 +76,25 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
         Path(client.download_artifacts(wrong[0].run_id, "quality.json", str(tmp_path))).read_text()
     )
     assert quality["passed"] is False
+    assert quality["first_diverging"]["verdict"] == "confident"
     assert quality["first_diverging"]["baseline_text"] != quality["first_diverging"]["trial_text"]
+    assert client.get_run(wrong[0].run_id).data.metrics["quality_confident_share"] > 0
+    assert outcome.history.baseline is not None
+    base_metrics = client.get_run(outcome.history.baseline.run_id).data.metrics
+    assert base_metrics["quality_confident_share"] == 0.0
+    assert base_metrics["quality_first_divergence"] == 8.0
 
     report = build_report(outcome.history, out_dir=tmp_path / "report")
     html = report.html.read_text()
     assert "Winner per concurrency level" in html
     assert "a full grid of 113 configurations" in html
     assert "per million output tokens" in html
+    assert 'id="quality">quality gate (4 prompts x 8 tokens; near tie &lt; 0.5 nats' in html
     buffer = io.StringIO()
     print_summary(Console(file=buffer, width=200), outcome)
     text = buffer.getvalue()
     assert "winner per concurrency level (output_throughput):" in text
     assert "GPU-hours" in text
     assert "wrong_output" in text
+    gate = next(line for line in text.splitlines() if line.startswith("quality gate"))
+    assert f"{len(wrong)} wrong_output ({wrong[0].trial_id}: " in gate

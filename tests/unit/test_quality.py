@@ -1,20 +1,175 @@
-"""The output-quality gate`s agreement measure (node.quality), pure."""
+"""The quality gate's requests and record (node.quality), against a real local HTTP server.
+
+The server answers `/generate` with what a real SGLang 0.5.17 server answered a batch of two
+prompts (tests/fixtures/sglang/0.5.17/streams/base-generate_batch_logprobs.json), or with
+trial outputs made from it; it keeps every request body, so the tests see what was asked.
+"""
 
 from __future__ import annotations
 
+import copy
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from spec_sweep.node.quality import agreement
+from spec_sweep.node.quality import QUALITY_NAME, TOP_LOGPROBS, check_quality
+from spec_sweep.spec import QualitySpec, WorkloadSpec
+
+REAL = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "sglang"
+    / "0.5.17"
+    / "streams"
+    / "base-generate_batch_logprobs.json"
+)
+QUALITY = QualitySpec(num_prompts=2, tokens=24)
 
 
-def test_agreement_is_the_mean_common_prefix_over_the_first_n_tokens() -> None:
-    ref = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 9, 9, 9]]
-    assert agreement(ref, ref, tokens=4) == (1.0, None)
-    got = [[1, 2, 3, 4], [5, 0, 7, 8], [9, 9, 9, 9, 1]]
-    # prompt 1 diverges at its 2nd token: 1/4; later equal tokens do not count back.
-    assert agreement(ref, got, tokens=4) == (pytest.approx((1 + 0.25 + 1) / 3), 1)
-    assert agreement(ref, [[1, 2], [5, 6, 7, 8], [9, 9, 9, 9]], tokens=4)[0] == pytest.approx(
-        (0.5 + 1 + 1) / 3
+class _Node:
+    """What the server answers next, and what it was asked."""
+
+    def __init__(self) -> None:
+        self.answer: list[dict[str, Any]] = json.loads(REAL.read_text())
+        self.bodies: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+def node() -> Iterator[tuple[str, _Node]]:
+    state = _Node()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state.bodies.append(body)
+            answer = copy.deepcopy(state.answer)
+            if not body.get("return_logprob"):
+                for item in answer:
+                    for key in ("output_token_logprobs", "output_top_logprobs"):
+                        item["meta_info"].pop(key, None)
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            del format, args
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _check(url: str, tmp_path: Path, trial_id: str, quality: QualitySpec = QUALITY) -> Any:
+    trial_dir = tmp_path / "trials" / trial_id / "attempt1"
+    trial_dir.mkdir(parents=True)
+    check = check_quality(
+        url,
+        quality,
+        workload=WorkloadSpec(),
+        model_path="some/model",
+        trial_dir=trial_dir,
+        trial_id=trial_id,
+        request_timeout_s=10.0,
     )
-    with pytest.raises(ValueError, match="reference outputs"):
-        agreement(ref, ref[:2], tokens=4)
+    return check, json.loads((trial_dir / QUALITY_NAME).read_text())
+
+
+def _take(state: _Node, prompt: int, position: int, token: int) -> None:
+    """The next answer takes `token` at `position` of `prompt`, then another path."""
+    ids = state.answer[prompt]["output_ids"]
+    state.answer[prompt]["output_ids"] = [*ids[:position], token, *ids[position + 1 :]]
+    state.answer[prompt]["text"] = f"another text from token {position}"
+
+
+def test_the_baseline_asks_for_top_logprobs_and_records_them(
+    node: tuple[str, _Node], tmp_path: Path
+) -> None:
+    url, state = node
+    check, record = _check(url, tmp_path, "t0000")
+    (body,) = state.bodies
+    assert len(body["text"]) == 2
+    assert body["sampling_params"] == {"temperature": 0.0, "max_new_tokens": 24, "ignore_eos": True}
+    assert (body["return_logprob"], body["top_logprobs_num"]) == (True, TOP_LOGPROBS)
+    assert body["logprob_start_len"] == -1
+    assert check.passed
+    assert check.note == ""
+    assert check.metrics()["quality_confident_share"] == 0.0
+    assert [len(p) for p in record["top_logprobs"]] == [24, 24]
+    assert record["top_logprobs"][0][0][0] == [pytest.approx(-0.271079, abs=1e-6), 7042]
+    assert record["rule"] == {"tokens": 24, "margin_nats": 0.5, "max_confident_share": 0.0}
+    assert [v["verdict"] for v in record["verdicts"]] == ["identical", "identical"]
+
+
+def test_a_trial_is_asked_for_outputs_alone_and_judged_per_prompt(
+    node: tuple[str, _Node], tmp_path: Path
+) -> None:
+    url, state = node
+    _check(url, tmp_path, "t0000")
+    check, record = _check(url, tmp_path, "t0001")
+    assert "return_logprob" not in state.bodies[-1]
+    assert check.passed
+    assert record["diverging"] == []
+
+    _take(state, 0, 5, 1797)  # the baseline's runner-up, 0.1875 nats below its choice
+    check, record = _check(url, tmp_path, "t0002")
+    assert check.passed, check.reason
+    assert check.metrics()["quality_near_tie_flips"] == 1.0
+    (flip,) = record["diverging"]
+    assert flip["verdict"] == "near_tie"
+    assert (flip["prompt_index"], flip["position"], flip["trial_token"]) == (0, 5, 1797)
+    assert flip["margin"] == pytest.approx(0.1875)
+    assert flip["baseline_ids"][5] == 2988
+    assert flip["trial_ids"][5] == 1797
+    assert flip["baseline_text"].startswith(" Paris.")
+    assert flip["trial_text"] == "another text from token 5"
+    assert record["first_diverging"] == flip
+
+    _take(state, 1, 4, 11)  # a token the baseline did not have in its top 5: 13 nats margin
+    check, record = _check(url, tmp_path, "t0003")
+    assert not check.passed
+    assert check.confident_share == 0.5
+    assert [d["verdict"] for d in record["diverging"]] == ["confident", "near_tie"]
+    assert record["first_diverging"]["prompt_index"] == 1
+    assert record["passed"] is False
+    assert record["confident_share"] == 0.5
+
+
+def test_a_trial_before_the_reference_is_not_judged(
+    node: tuple[str, _Node], tmp_path: Path
+) -> None:
+    url, _ = node
+    check, record = _check(url, tmp_path, "t0001")
+    assert (check.judged, check.passed) == (False, True)
+    assert check.note == "quality not checked: no baseline outputs for these prompts yet"
+    assert check.metrics() == {}
+    assert record["judged"] is False
+
+
+def test_without_the_baselines_logprobs_every_divergence_is_confident(
+    node: tuple[str, _Node], tmp_path: Path
+) -> None:
+    url, state = node
+    for item in state.answer:
+        item["meta_info"].pop("output_top_logprobs")
+    base, record = _check(url, tmp_path, "t0000")
+    assert base.passed
+    assert "returned no top log-probabilities" in base.note
+    assert record["top_logprobs"] is None
+    _take(state, 0, 5, 1797)
+    check, _ = _check(url, tmp_path, "t0001")
+    assert not check.passed
+    assert "no margin reported" in check.reason

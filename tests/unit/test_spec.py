@@ -9,6 +9,7 @@ import pytest
 
 from spec_sweep.cli import main
 from spec_sweep.errors import SpecError
+from spec_sweep.spec import spec_metric_names
 from spec_sweep.spec_load import load_spec
 from spec_sweep.spec_metrics import metric_names
 
@@ -93,6 +94,21 @@ def test_metric_names_suffixed_per_level(tmp_path: Path) -> None:
     assert "ttft_p99_ms_c8" in names
     assert "output_throughput" not in names
     assert "boot_s" in names
+
+
+def test_quality_gate_defaults_metrics_and_the_retired_threshold(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, GOOD + "quality: {}\n"))
+    assert spec.quality is not None
+    q = spec.quality
+    assert (q.num_prompts, q.tokens, q.margin_nats, q.max_confident_share) == (16, 64, 0.5, 0.0)
+    names = spec_metric_names(spec)
+    for name in ("quality_confident_share", "quality_near_tie_flips", "quality_first_divergence"):
+        assert name in names
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, GOOD + "quality: {min_agreement: 0.5}\n"))
+    message = str(info.value)
+    assert "use margin_nats (default 0.5; 0 demands identical outputs)" in message
+    assert "max_confident_share (default 0" in message
 
 
 def test_dataset_path_resolved_relative_to_spec(tmp_path: Path) -> None:
@@ -361,6 +377,13 @@ BAD = [
         None,
         "search_space.params.enable-flashinfer-allreduce-fusion",
         "flashinfer-allreduce-fusion-backend",
+    ),
+    (
+        "the retired quality.min_agreement",
+        lambda s: s + "quality: {num_prompts: 8, min_agreement: 0.9}\n",
+        None,
+        "quality",
+        "min_agreement (0.9) is retired",
     ),
     (
         "log range with lo <= 0",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from harness import graph_spec
 from harness import record as rec
 
 from spec_sweep.core.history import History
+from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.verdict import Candidate, Verdict
 from spec_sweep.present.sweep_view import SweepView
 from spec_sweep.spec import SweepSpec
@@ -67,3 +69,26 @@ def test_the_recommendation_of_a_verdict_is_what_to_launch(tmp_path: Path) -> No
     view = SweepView.of(History(_spec(tmp_path), RECORDS), judged)
     assert view.pick is not None
     assert (view.pick.trial_id, view.pick.recommended) == ("t0000", True)
+
+
+def test_the_quality_line_counts_verdicts_and_says_why_a_trial_was_wrong(tmp_path: Path) -> None:
+    assert SweepView.of(History(_spec(tmp_path), RECORDS)).quality_lines() == []
+    spec = graph_spec(tmp_path, quality={"num_prompts": 8, "tokens": 32})
+    same = {"quality_confident_share": 0.0, "quality_near_tie_flips": 0.0}
+    flipped = {"quality_confident_share": 0.0, "quality_near_tie_flips": 3.0}
+    records = [
+        rec("t0000", BASE, 80.0, **same),
+        rec("t0001", A, 95.0, **same),
+        rec("t0002", B, 88.0, **flipped),
+        rec("t0003", {"cuda-graph-max-bs": 256}, 90.0),  # finished before the reference
+        replace(
+            rec("t0004", A, None, mode=FailureMode.WRONG_OUTPUT, quality_confident_share=1.0),
+            reason="wrong output: 8/8 prompts diverge where ...",
+        ),
+    ]
+    (line,) = SweepView.of(History(spec, records)).quality_lines()
+    assert line == (
+        "quality gate (8 prompts x 32 tokens; near tie < 0.5 nats; confident share <= 0): "
+        "1 identical to the baseline, 1 passed with near-tie flips only, 1 not judged, "
+        "1 wrong_output (t0004: 8/8 prompts diverge where ...)"
+    )

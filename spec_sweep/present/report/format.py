@@ -35,7 +35,10 @@ _UNITS = {
     "usd_per_million_tokens": "$ per million output tokens",
     "goodput_concurrency": "requests in flight within the SLA",
     "goodput_throughput": "tok/s within the SLA",
-    "quality_agreement": "fraction of greedy tokens matching the baseline",
+    "quality_agreement": "mean common prefix of greedy tokens with the baseline's / N",
+    "quality_confident_share": "share of prompts diverging where the baseline was confident",
+    "quality_near_tie_flips": "prompts whose first difference is a near-tie flip",
+    "quality_first_divergence": "earliest first different greedy token (N: none)",
 }
 
 

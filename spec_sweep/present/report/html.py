@@ -117,6 +117,7 @@ def render_html(
         source=Path(spec.source).name or "SWEEP.yaml",
         loads=a.view.loads,
         cost=a.view.cost,
+        quality=a.view.quality_lines(),
         csv_name=CSV_NAME,
     )
 
