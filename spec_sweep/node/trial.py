@@ -19,10 +19,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from spec_sweep.core.cost import cost_metrics
+from spec_sweep.core.names import MEASURE_METRIC
 from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.core.secrets import redact, secret_values
+from spec_sweep.core.versions import STARTUP_TIME_SINCE, at_least
 from spec_sweep.node import gpu
+from spec_sweep.node.boot_phases import parse_boot
 from spec_sweep.node.classify import Classification, classify
 from spec_sweep.node.client import BenchResult, run_benchmark_sync
 from spec_sweep.node.command import build_command, launch_for
@@ -99,7 +104,9 @@ def run_trial(
                  trial_id=trial_id)  # fmt: skip
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
-    metrics = _metrics(spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE)
+    metrics = _metrics(
+        spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE, log=server.log_text()
+    )
     return TrialResult(
         trial_id=trial_id,
         config=config,
@@ -129,6 +136,8 @@ class _Served:
     timed_out: bool
     released: bool | None
     peak_gib: float | None
+    measure_s: float | None = None
+    server_info: dict[str, Any] | None = None
 
 
 def _serve(
@@ -149,6 +158,8 @@ def _serve(
     exit_code: int | None = None
     timed_out = False
     released: bool | None = None
+    measure_s: float | None = None
+    info: dict[str, Any] | None = None
     try:
         if sampler is not None:
             sampler.__enter__()
@@ -156,9 +167,13 @@ def _serve(
         ready = server.wait_ready(timeout_s=boot_timeout)
         exit_code = ready.exit_code
         if ready.ready:
+            measuring = time.monotonic()
+            if at_least(spec.node.sglang_version, STARTUP_TIME_SINCE):
+                info = _server_info(server)
             bench, extras, exit_code, timed_out = _benchmark(
                 spec, server, deadline=deadline, trial_dir=trial_dir, trial_id=trial_id
             )
+            measure_s = time.monotonic() - measuring
     finally:
         pids = group_pids(server.pgid)
         if exit_code is None and not server.stopped:
@@ -176,7 +191,19 @@ def _serve(
         timed_out=timed_out,
         released=released,
         peak_gib=sampler.peak_gib if sampler is not None else None,
+        measure_s=measure_s,
+        server_info=info,
     )
+
+
+def _server_info(server: ServerProcess) -> dict[str, Any] | None:
+    """`/server_info` once the server is up (SGLang 0.5.17+ has `startup_time` in it)."""
+    try:
+        response = httpx.get(f"{server.base_url}/server_info", timeout=10.0)
+        info = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def _classify(server: ServerProcess, run: _Served) -> Classification:
@@ -211,12 +238,21 @@ def _quality_verdict(
     return mode, reason
 
 
-def _metrics(spec: SweepSpec, run: _Served, *, trial_dir: Path, measured: bool) -> dict[str, float]:
+def _metrics(
+    spec: SweepSpec, run: _Served, *, trial_dir: Path, measured: bool, log: str
+) -> dict[str, float]:
     """What the trial measured (and its files: bench.json, goodput.json)."""
     bench, extras = run.bench, run.extras
     metrics: dict[str, float] = {}
-    if run.ready.ready:
-        metrics["boot_s"] = round(run.ready.boot_s, 3)
+    boot_s = round(run.ready.boot_s, 3) if run.ready.ready else None
+    if boot_s is not None:
+        metrics["boot_s"] = boot_s
+    # Where the boot went, as SGLang timed it (also for a boot that failed: the phases it
+    # reached), and the memory facts of its first weight load (`core.memory`).
+    boot = parse_boot(log, server_info=run.server_info)
+    metrics.update(boot.metrics(boot_s=boot_s))
+    if run.measure_s is not None:
+        metrics[MEASURE_METRIC] = round(run.measure_s, 3)
     if bench is not None:
         metrics.update(bench_metrics(bench, multi_level=spec.workload.multi_level))
         _write_bench(trial_dir / "bench.json", bench)
