@@ -130,7 +130,7 @@ BOOT_PHASES: tuple[str, ...] = (
 )
 #: Seconds from readiness to the end of the benchmark (and goodput search, quality check).
 MEASURE_METRIC = "measure_s"
-#: GPU memory free when the target's weights began to load, per GPU (GiB; the least over
+#: GPU memory free when the target's weights began to load, per GPU (GiB; the most over
 #: ranks), and the memory the target's weights took, per GPU (GiB; the least over ranks): the
 #: two facts SGLang's memory rule needs (`core.memory`), read from the trial's own log.
 AVAIL_METRIC = "gpu_avail_pre_load_gib"

@@ -66,8 +66,9 @@ class BootPhases:
         seconds: Phase (`names.BOOT_PHASES` but `other`) -> seconds on the critical path.
         source: Where they came from: `server_info`, `startup timings line`, `log lines`, or
             empty when the log had none of them.
-        avail_gib: GPU memory free when the target's weights began to load (GiB, least over
-            ranks), if the log got that far.
+        avail_gib: GPU memory free when the target's weights began to load (GiB, the most
+            over ranks: an upper bound of what SGLang's memory rule calls `pre`), if the log
+            got that far.
         weights_gib: GPU memory the target's weights took (GiB, least over ranks).
         startup_time: The `startup_time` object (from 0.5.17), if there was one.
     """
@@ -194,7 +195,7 @@ def parse_boot(log_text: str, *, server_info: Mapping[str, Any] | None = None) -
     return BootPhases(
         seconds=seconds,
         source=source,
-        avail_gib=min(befores) if befores else None,
+        avail_gib=max(befores) if befores else None,
         weights_gib=min(usages) if usages else None,
         startup_time=startup,
     )

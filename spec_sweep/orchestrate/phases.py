@@ -36,6 +36,7 @@ from typing import Any
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.confirm import Repeat, plan, remeasure_due
 from spec_sweep.core.history import History, Rerun
+from spec_sweep.core.hours import hours_metrics, node_hours
 from spec_sweep.core.ids import BASELINE_ID, repeated_of
 from spec_sweep.core.names import (
     SPEEDUP_METRIC,
@@ -260,7 +261,7 @@ class SweepRun:
         if self.options.report and done:
             self._publish_report(outcome)
         if complete:
-            final = history.best_metrics()
+            final = history.best_metrics() | hours_metrics(node_hours(history))
             if outcome.verdict is not None:
                 final |= confirm_metrics(outcome.verdict)
                 tracker.set_tags(self.parent_run_id, _verdict_tags(outcome.verdict))

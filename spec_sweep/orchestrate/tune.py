@@ -96,11 +96,15 @@ class _TuneSearcher(Searcher):
         proposal = self._sweep.suggest(trial_id)
         if proposal is None:
             return Searcher.FINISHED if self._sweep.exhausted else None  # type: ignore[return-value]
-        return {
+        config = {
             **proposal.params,
             names.CONFIG_TRIAL_ID: proposal.trial_id,
             names.CONFIG_ATTEMPT: proposal.attempt,
         }
+        predicted = getattr(proposal, "predicted", None)  # SGLang's memory rule: no boot
+        if predicted:
+            config[names.CONFIG_PREDICTED] = predicted
+        return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """A trial reports once, at its end (`on_trial_complete`); nothing to do here."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from spec_sweep.core.config import Config
 from spec_sweep.core.history import History
+from spec_sweep.core.hours import NodeHours, node_hours
 from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.core.secrets import redact, secret_values
@@ -75,6 +76,7 @@ class SweepView:
     failures: dict[str, int]
     loads: LoadAnswer | None
     cost: SweepCost
+    hours: NodeHours | None = None
 
     @classmethod
     def of(cls, history: History, verdict: Verdict | None = None) -> SweepView:
@@ -106,6 +108,7 @@ class SweepView:
             failures={k: v for k, v in counts.items() if k != "none"},
             loads=per_load_answer(history),
             cost=sweep_cost(history),
+            hours=node_hours(history),
         )
 
     @property
@@ -143,4 +146,14 @@ class SweepView:
                 f"best configuration: ${cost.best_usd_per_million_tokens:.4g} per million "
                 "output tokens"
             )
+        return lines
+
+    def hours_lines(self) -> list[str]:
+        """Where the node-hours went: booting, measuring, failed boots, confirmation; the boot
+        by phase; the knobs whose failures cost the most (`core.hours`)."""
+        hours = self.hours
+        if hours is None or hours.total <= 0:
+            return []
+        lines = [hours.sentence()]
+        lines += [line for line in (hours.phase_sentence(), hours.knob_sentence()) if line]
         return lines

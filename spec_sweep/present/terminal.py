@@ -66,6 +66,7 @@ def print_summary(console: Console, outcome: SweepSummary) -> None:
         counts = ", ".join(f"{mode} {n}" for mode, n in sorted(view.failures.items()))
         parts.append(Text(f"failures: {counts}"))
     parts += [Text(line) for line in view.load_and_cost_lines()]
+    parts += [Text(line) for line in view.hours_lines()]
     if view.verdict is not None:
         parts += _verdict_lines(spec, view.verdict)
     parts += _pick_lines(view)

@@ -33,6 +33,8 @@ import optuna
 
 from spec_sweep.core.config import Config, config_key, normalize_config
 from spec_sweep.core.ids import trial_name
+from spec_sweep.core.memory import Observation, observations, predict_oom
+from spec_sweep.core.names import AVAIL_METRIC, WEIGHTS_METRIC
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import FailureMode, TrialReport
 from spec_sweep.core.record import TrialRecord
@@ -56,12 +58,15 @@ class Proposal:
         attempt: The attempt number (> 1 when an interrupted trial runs again).
         params: The parameter values as Optuna proposed them.
         config: The normalized configuration (active parameters, in dependency order).
+        predicted: Why it cannot boot by SGLang's own memory rule (`core.memory`): recorded
+            as a predicted `oom` without a boot. None for a trial to launch.
     """
 
     trial_id: str
     attempt: int
     params: dict[str, Any]
     config: Config
+    predicted: str | None = None
 
 
 class SweepSearcher:
@@ -111,6 +116,9 @@ class SweepSearcher:
             self._guide = SpecGuide(spec, seed=spec.searcher.seed)
         self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
         self._turn = 0  # the guide's proposals take turns with TPE's
+        # What earlier trials' logs said about GPU memory (`core.memory`): the pre-launch check.
+        self._memory: list[Observation] = observations(history)
+        self._ids: dict[str, str] = {}
         for record in history:
             mode = record.failure_mode or FailureMode.CRASH
             value = self._learn(record.config, mode, record.metrics)
@@ -142,6 +150,10 @@ class SweepSearcher:
         if self._queue:
             our_id, config, attempt = self._queue.pop(0)
             return self._fixed(key, config, our_id=our_id, attempt=attempt)
+        return self._checked(self._next(key))
+
+    def _next(self, key: str) -> Proposal | None:
+        """The design's next configuration, the guide's turn, or the model's proposal."""
         while self._design:
             launch = self._launchable(self._design.pop(0))
             if launch is not None:
@@ -150,6 +162,15 @@ class SweepSearcher:
         if guided is not None:
             return self._fixed(key, guided)
         return self._from_model(key)
+
+    def _checked(self, proposal: Proposal | None) -> Proposal | None:
+        """The proposal, marked `predicted` when SGLang's memory rule says it cannot boot."""
+        if proposal is None:
+            return None
+        why = predict_oom(self._spec, proposal.config, self._memory)
+        if why is None:
+            return proposal
+        return Proposal(proposal.trial_id, proposal.attempt, proposal.params, proposal.config, why)
 
     def _guided(self) -> Config | None:
         """The guide's turn, if it is one: a tree the speculative model ranks first (at once
@@ -225,6 +246,7 @@ class SweepSearcher:
             # the sampler ignores.
             sampling.tell_result(self.study, ot_trial, value=None, failed=False)
             return
+        self._remember_memory(key, report.metrics)
         value = self._learn(self._configs.get(key), report.failure_mode, report.metrics)
         sampling.tell_result(
             self.study,
@@ -233,6 +255,13 @@ class SweepSearcher:
             failed=value is None,
             constraints=self._objective.violations(report.metrics),
         )
+
+    def _remember_memory(self, key: str, metrics: Mapping[str, float]) -> None:
+        """Keep what the trial's log said about GPU memory, for the pre-launch check."""
+        avail, weights = metrics.get(AVAIL_METRIC), metrics.get(WEIGHTS_METRIC)
+        config = self._configs.get(key)
+        if avail and weights and avail > 0 and weights > 0 and config is not None:
+            self._memory.append(Observation(self._ids.get(key, key), config, avail, weights))
 
     def _learn(
         self,
@@ -281,6 +310,7 @@ class SweepSearcher:
         if our_id is None:
             our_id = trial_name(self._next_index)
             self._next_index += 1
+        self._ids[key] = our_id
         return Proposal(trial_id=our_id, attempt=attempt, params=params, config=config)
 
     def _launchable(self, config: Config) -> Config | None:
