@@ -314,6 +314,8 @@ def _verdict_tags(v: Verdict) -> dict[str, str]:
         tags[TAG_RECOMMENDED] = v.recommended.trial_id
     if v.drift is not None and v.drift.beyond_noise:
         tags[TAG_DRIFT] = "the node changed under the sweep"
+    elif v.drift is not None and not v.drift.decidable:
+        tags[TAG_DRIFT] = f"cannot tell: noise allows +-{v.drift.bound:.1%} ({v.drift.evidence})"
     return tags
 
 
