@@ -401,6 +401,16 @@ class BudgetSpec(_Model):
         description="Also boot the baseline again after every N search trials, so drift is "
         "seen while the sweep runs (needs remeasure_baseline).",
     )
+    until: Literal["trials", "converged"] = Field(
+        "trials",
+        description="'trials': search until `trials` are spent; 'converged': stop earlier once "
+        "the last `patience` trials raised the best by no more than the measured noise and "
+        "the models predict no untried configuration above it by more (`trials` stays the "
+        "cap; docs/design.md, 'Node-hours').",
+    )
+    patience: int = Field(
+        10, gt=0, description="With until: converged, trials that must have brought nothing."
+    )
 
     @model_validator(mode="after")
     def _repeats(self) -> Self:

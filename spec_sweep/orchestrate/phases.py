@@ -209,6 +209,8 @@ class SweepRun:
                 break  # stopped, or a batch that recorded nothing (Tune gave up)
         outcome.exhausted = searcher.exhausted
         outcome.study = searcher.study
+        if searcher.converged is not None and searcher.converged.converged:
+            outcome.converged = searcher.converged.reason
 
     def confirm(self, outcome: SweepOutcome) -> None:
         """The top configurations booted again (more rounds while tied within noise), then the
@@ -217,6 +219,7 @@ class SweepRun:
         searched = (
             len(self.history.done) >= budget.trials
             or outcome.exhausted
+            or outcome.converged is not None
             or budget.trials - self._started_with <= 0
         )
         while searched and not outcome.interrupted and not outcome.environment:
@@ -246,7 +249,7 @@ class SweepRun:
         done = history.done
         outcome.new_trials = len(done) - self._started_with
         complete = (
-            len(done) >= spec.budget.trials or outcome.exhausted
+            len(done) >= spec.budget.trials or outcome.exhausted or outcome.converged is not None
         ) and not outcome.interrupted
         outcome.out_of_time = (
             _past(self._deadline)

@@ -55,6 +55,8 @@ class SweepSummary(Protocol):
     def out_of_time(self) -> bool: ...
     @property
     def warnings(self) -> list[str]: ...
+    @property
+    def converged(self) -> str | None: ...
 
 
 def print_summary(console: Console, outcome: SweepSummary) -> None:
@@ -159,6 +161,10 @@ def _ending(spec: SweepSpec, outcome: SweepSummary, *, finished: int) -> Text | 
         )
     if outcome.exhausted:
         return Text(f"\nsearch space exhausted after {finished} distinct configurations")
+    if outcome.converged:
+        return Text(
+            f"\nsearch stopped before its budget of {spec.budget.trials}: {outcome.converged}"
+        )
     return None
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import optuna
 
 from spec_sweep.core.config import Config, config_key, normalize_config
+from spec_sweep.core.converge import Convergence, convergence, search_noise
 from spec_sweep.core.ids import trial_name
 from spec_sweep.core.memory import Observation, observations, predict_oom
 from spec_sweep.core.names import AVAIL_METRIC, WEIGHTS_METRIC
@@ -109,6 +110,10 @@ class SweepSearcher:
         self._failure_aware = failure_aware
         self._rng = random.Random(f"steps:{spec.searcher.seed}")
         self.exhausted = False
+        # `budget.until: converged` (`core.converge`): every search trial's value, in order.
+        self.converged: Convergence | None = None
+        self._values: list[float | None] = []
+        self._measured: list[Mapping[str, float]] = []
         # Domain knowledge (`spec_guide`): SGLang's tree rules before launch, and the
         # speculative branch's share of the budget. Part of the failure-aware TPE searcher.
         self._guide: SpecGuide | None = None
@@ -150,7 +155,25 @@ class SweepSearcher:
         if self._queue:
             our_id, config, attempt = self._queue.pop(0)
             return self._fixed(key, config, our_id=our_id, attempt=attempt)
+        if self._stop():
+            return None
         return self._checked(self._next(key))
+
+    def _stop(self) -> bool:
+        """Whether the search has converged (`budget.until: converged`, after the design)."""
+        budget = self._spec.budget
+        if budget.until != "converged" or self._design:
+            return False
+        if self.converged is None or not self.converged.converged:
+            gain = self._guide.predicted_gain(seen=self._seen) if self._guide is not None else None
+            self.converged = convergence(
+                self._values,
+                maximize=self._objective.direction == "maximize",
+                noise=search_noise(self._measured, self._spec.objective.metric),
+                predicted_gain=gain,
+                patience=budget.patience,
+            )
+        return self.converged.converged
 
     def _next(self, key: str) -> Proposal | None:
         """The design's next configuration, the guide's turn, or the model's proposal."""
@@ -272,8 +295,11 @@ class SweepSearcher:
         """What a classified outcome teaches: the objective value Optuna is told (None: the
         configuration failed), and the speculative guide's observation."""
         value = self._objective.value(metrics) if mode is FailureMode.NONE else None
+        ok = value is not None and self._objective.meets(metrics)
+        self._values.append(value if ok else None)
+        if ok:
+            self._measured.append(metrics)
         if self._guide is not None and config is not None:
-            ok = value is not None and self._objective.meets(metrics)
             self._guide.observe(
                 config, value=value if ok else None, metrics={**metrics, "failure_mode": mode.value}
             )
