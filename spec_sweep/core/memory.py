@@ -46,6 +46,7 @@ __all__ = [
     "facts_for",
     "observations",
     "predict_oom",
+    "same_weights",
 ]
 
 #: Relative margin on the memory free before the weights load (another boot may see more).
@@ -129,7 +130,7 @@ def observations(records: Iterable[Any]) -> list[Observation]:
     return out
 
 
-def _same_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def same_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two configurations load the same target weights on a GPU."""
     keys = (set(a) | set(b)) - {k for k in set(a) | set(b) if _neutral(k)}
     return all(same_value(a.get(k), b.get(k)) for k in keys)
@@ -137,7 +138,7 @@ def _same_weights(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def facts_for(config: Mapping[str, Any], seen: Iterable[Observation]) -> MemoryFacts | None:
     """The facts that hold for `config`: from the trials that load the same weights."""
-    same = [o for o in seen if _same_weights(o.config, config)]
+    same = [o for o in seen if same_weights(o.config, config)]
     if not same:
         return None
     ids = sorted({o.trial_id for o in same})

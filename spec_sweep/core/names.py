@@ -141,6 +141,8 @@ TAG_PREDICTED = "spec_sweep.predicted"
 #: Keys of a Tune trial config: a proposal the searcher predicts to fail (the reason), and a
 #: client boot of the weight cache.
 CONFIG_PREDICTED = "__spec_sweep_predicted"
+#: 1 on a trial that booted as a client of SGLang's weight-cache daemon (`node.weight_cache`).
+WEIGHT_CACHE_METRIC = "weight_cache_client"
 #: The parent run's node-hours split (`core.hours`), `node_hours_<part>`.
 HOURS_PARTS: tuple[str, ...] = ("boot", "measure", "failed", "confirm", "other")
 

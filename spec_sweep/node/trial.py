@@ -22,7 +22,12 @@ from typing import Any
 import httpx
 
 from spec_sweep.core.cost import cost_metrics
-from spec_sweep.core.names import MEASURE_METRIC
+from spec_sweep.core.names import (
+    AVAIL_METRIC,
+    MEASURE_METRIC,
+    WEIGHT_CACHE_METRIC,
+    WEIGHTS_METRIC,
+)
 from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.core.secrets import redact, secret_values
 from spec_sweep.core.versions import STARTUP_TIME_SINCE, at_least
@@ -37,6 +42,7 @@ from spec_sweep.node.ports import choose_server_port
 from spec_sweep.node.procs import group_pids
 from spec_sweep.node.quality import QualityCheck, check_quality
 from spec_sweep.node.server import ReadyResult, ServerProcess, launch_server
+from spec_sweep.node.weight_cache import compile_env, daemon_pids, plan_client
 from spec_sweep.spec import SweepSpec
 
 __all__ = ["run_trial"]
@@ -55,6 +61,7 @@ def run_trial(
     grace_s: float = 10.0,
     on_launch: Callable[[ServerProcess], None] | None = None,
     node_id: str | None = None,
+    weight_cache_dir: Path | None = None,
 ) -> TrialResult:
     """Run one configuration through the whole trial path.
 
@@ -70,6 +77,8 @@ def run_trial(
         grace_s: Seconds between SIGTERM and SIGKILL at teardown.
         on_launch: Called with the server right after it started (for bookkeeping).
         node_id: The Ray node running the trial, recorded with the server for cleanup.
+        weight_cache_dir: With `node.weight_cache`, the sweep's trials folder: where this
+            node's weight-cache daemon is recorded (`weight_cache`); None boots from disk.
 
     Returns:
         The classified outcome; failures of the configuration are results.
@@ -83,11 +92,25 @@ def run_trial(
     trial_dir.mkdir(parents=True, exist_ok=True)
     config = dict(config)
     use_gpus = launch_for(spec, simulate=simulate).uses_gpus(spec)
+    cache_dir = weight_cache_dir if spec.node.weight_cache else None
     if use_gpus:
-        gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s))
-
+        # The weight-cache daemon holds the GPUs between trials on purpose.
+        held = daemon_pids(cache_dir, node_id) if cache_dir is not None else ()
+        gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s), ignore_pids=held)
+    client = None
+    if cache_dir is not None:
+        client = plan_client(
+            spec,
+            config,
+            root=cache_dir,
+            node_id=node_id,
+            simulate=simulate,
+            timeout_s=spec.node.boot_timeout_s,
+        )
     port = choose_server_port(_HOST)
-    command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
+    launched = {**config, **client.overrides} if client is not None else config
+    command = build_command(spec, launched, port=port, host=_HOST, simulate=simulate)
+    extra_env = {**compile_env(spec), **(extra_env or {})}
     (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(
         command,
@@ -100,13 +123,19 @@ def run_trial(
     )
     if on_launch is not None:
         on_launch(server)
-    run = _serve(spec, server, use_gpus=use_gpus, grace_s=grace_s, trial_dir=trial_dir,
-                 trial_id=trial_id)  # fmt: skip
+    run = _serve(
+        spec, server, use_gpus=use_gpus, grace_s=grace_s, trial_dir=trial_dir, trial_id=trial_id
+    )
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
     metrics = _metrics(
         spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE, log=server.log_text()
     )
+    if client is not None:
+        # A client's log shows the daemon's weights as already taken: no memory facts from it.
+        metrics = {k: v for k, v in metrics.items() if k not in (AVAIL_METRIC, WEIGHTS_METRIC)}
+        metrics[WEIGHT_CACHE_METRIC] = 1.0
+        reason = f"{reason} ({client.note})" if reason else client.note
     return TrialResult(
         trial_id=trial_id,
         config=config,

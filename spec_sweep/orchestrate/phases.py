@@ -24,6 +24,7 @@ for the whole run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -51,6 +52,7 @@ from spec_sweep.core.secrets import secret_values
 from spec_sweep.core.verdict import Verdict, confirm_metrics, verdict, workload_warning
 from spec_sweep.node.backends import TrialBackend
 from spec_sweep.node.server import kill_recorded_servers
+from spec_sweep.node.weight_cache import stop_daemons
 from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
 from spec_sweep.orchestrate.trainable import TrialContext
 from spec_sweep.orchestrate.tune import Batch, ConfirmQueue, EnvironmentStop, Interrupt, fit
@@ -113,10 +115,14 @@ class SweepRun:
         previous = _install_sigint(interrupt, self.state)
         hours = self.spec.budget.max_hours
         self._deadline = time.monotonic() + hours * 3600 if hours else None
+        backend = self.options.backend
+        if self.spec.node.weight_cache and hasattr(backend, "weight_cache_dir"):
+            # each node's daemon is recorded beside the trials, stopped at teardown
+            backend = dataclasses.replace(backend, weight_cache_dir=self.state.trials_dir)  # type: ignore[type-var]
         self._batch = Batch(
             spec=self.spec,
             ctx=TrialContext(
-                backend=self.options.backend,
+                backend=backend,
                 tracker=self.tracker,
                 parent_run_id=self.parent_run_id,
                 trials_dir=self.state.trials_dir,
@@ -235,6 +241,7 @@ class SweepRun:
     def teardown(self) -> None:
         """Stop servers left behind and close runs still open (read the record once more)."""
         kill_recorded_servers(self.state.trials_dir)
+        stop_daemons(self.state.trials_dir)
         running = self.refresh().running
         for record in running:
             self.tracker.kill_run(record.run_id)

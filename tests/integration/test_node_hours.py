@@ -84,3 +84,52 @@ def test_boot_phases_predicted_ooms_and_the_hours_split(project_dir: Path) -> No
             {"mem-fraction-static": mem}, trial_dir=project_dir / f"real-{mem}", trial_id="x"
         )
         assert real.failure_mode is FailureMode.OOM, real.reason
+
+
+def test_weight_cache_clients_boot_faster_and_the_daemon_goes_with_the_sweep(
+    project_dir: Path,
+) -> None:
+    spec = harness.make_spec(
+        project_dir / "sweeps",
+        name="wcache",
+        node={"sim_profile": "h200-nvlink-x8", "sglang_version": "0.5.17", "weight_cache": True},
+        search_space={
+            "include": [],
+            "params": {"cuda-graph-max-bs-decode": {"choices": [64, 128, 512], "default": 512}},
+        },
+        baseline=harness.DROP,
+        workload={"output_len": 16, "num_prompts": 2},
+        budget={"trials": 3, "confirm": 0, "remeasure_baseline": False},
+        searcher={"kind": "grid", "seed": 0},
+    )
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'wcache.db'}"
+    state_dir = project_dir / ".spec_sweep"
+    outcome = sweep(
+        spec, backend=SimBackend(spec, grace_s=2.0), state_dir=state_dir, tracking_uri=uri
+    )
+    by_id = {r.trial_id: r for r in outcome.records}
+    assert all(r.failure_mode is FailureMode.NONE for r in by_id.values())
+    # the baseline loads from disk (its log gives the memory facts), the others map the daemon's
+    base = by_id["t0000"]
+    assert "weight_cache_client" not in base.metrics
+    assert base.metrics[boot_metric("load_weight")] == 150.0
+    for trial_id in ("t0001", "t0002"):
+        client = by_id[trial_id]
+        assert client.metrics["weight_cache_client"] == 1.0
+        assert client.metrics[boot_metric("load_weight")] == 5.0
+        assert AVAIL_METRIC not in client.metrics  # a client's log is no memory fact
+        assert "booted as a weight-cache client" in client.reason
+        command = (outcome.state.trials_dir / trial_id / "attempt1" / "command.txt").read_text()
+        assert "--weight-cache-mode client" in command
+    (daemon_log,) = (outcome.state.trials_dir / "_weight_cache").glob("*/daemon.log")  # one node
+    assert "weight cache daemons on node 0 are ready" in daemon_log.read_text()
+    # torn down with the sweep
+    assert not (daemon_log.parent / "daemon.json").exists()
+    import psutil
+
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "spec_sweep.sim.weight_cache" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert left == []
