@@ -205,6 +205,19 @@ class NodeSpec(_Model):
         allow_inf_nan=False,
         description="What one node costs per hour (any currency, read as USD in the report).",
     )
+    weight_cache: bool = Field(
+        False,
+        description="Start SGLang's weight-cache daemon (0.5.17+) once per node for the "
+        "baseline's model and layout, and boot every non-speculative trial that loads those "
+        "weights as its client (README, 'Cheaper boots').",
+    )
+    compile_cache: bool | str = Field(
+        True,
+        description="Pin the JIT and compile caches (Triton, Inductor, FlashInfer, DeepGEMM, "
+        "CUDA; SGLANG_CACHE_DIR) to one folder per node and SGLang version: true = "
+        "~/.cache/spec_sweep/compile, a path = that folder (e.g. a volume), false = SGLang's "
+        "own defaults.",
+    )
 
     @field_validator("env")
     @classmethod
@@ -423,6 +436,16 @@ class BudgetSpec(_Model):
         gt=0,
         description="Also boot the baseline again after every N search trials, so drift is "
         "seen while the sweep runs (needs remeasure_baseline).",
+    )
+    until: Literal["trials", "converged"] = Field(
+        "trials",
+        description="'trials': search until `trials` are spent; 'converged': stop earlier once "
+        "the last `patience` trials raised the best by no more than the measured noise and "
+        "the models predict no untried configuration above it by more (`trials` stays the "
+        "cap; docs/design.md, 'Node-hours').",
+    )
+    patience: int = Field(
+        10, gt=0, description="With until: converged, trials that must have brought nothing."
     )
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from spec_sweep.core.config import baseline_config
+from spec_sweep.core.versions import weight_cache_problem
 from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
 from spec_sweep.node.prompts import prompt_format
@@ -285,6 +286,8 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
 
     _check_prompts(path, spec)
     _check_node(fail, manifest, spec)
+    if (problem := weight_cache_problem(spec)) is not None:
+        fail("node.weight_cache", problem)
     params = spec.params
     for key, param in params.items():
         _check_param(fail, manifest, params, key, param)

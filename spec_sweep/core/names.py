@@ -115,3 +115,38 @@ RESULT_TIME_RECORD = "time_record_s"
 RESULT_FILE = "result.json"
 #: The MLflow run id of an attempt.
 RUN_ID_FILE = "mlflow_run_id"
+
+# -- where a trial's node-hours went (docs/design.md, "Node-hours") -----------------------------
+#: The boot phases a trial records, each as metric `boot_<phase>_s` (`boot_metric`): seconds
+#: as SGLang timed them (its log lines, or `/server_info` `startup_time` from 0.5.17), and
+#: `other` = the measured `boot_s` minus the timed phases (imports, tokenizer, HTTP server).
+BOOT_PHASES: tuple[str, ...] = (
+    "init",
+    "load_weight",
+    "kv_cache",
+    "cuda_graph",
+    "piecewise_cuda_graph",
+    "other",
+)
+#: Seconds from readiness to the end of the benchmark (and goodput search, quality check).
+MEASURE_METRIC = "measure_s"
+#: GPU memory free when the target's weights began to load, per GPU (GiB; the most over
+#: ranks), and the memory the target's weights took, per GPU (GiB; the least over ranks): the
+#: two facts SGLang's memory rule needs (`core.memory`), read from the trial's own log.
+AVAIL_METRIC = "gpu_avail_pre_load_gib"
+WEIGHTS_METRIC = "weights_gib"
+#: On a trial that was never booted because SGLang's own memory rule says it cannot boot: the
+#: rule and the facts it used (`core.memory`).
+TAG_PREDICTED = "spec_sweep.predicted"
+#: Keys of a Tune trial config: a proposal the searcher predicts to fail (the reason), and a
+#: client boot of the weight cache.
+CONFIG_PREDICTED = "__spec_sweep_predicted"
+#: 1 on a trial that booted as a client of SGLang's weight-cache daemon (`node.weight_cache`).
+WEIGHT_CACHE_METRIC = "weight_cache_client"
+#: The parent run's node-hours split (`core.hours`), `node_hours_<part>`.
+HOURS_PARTS: tuple[str, ...] = ("boot", "measure", "failed", "confirm", "other")
+
+
+def boot_metric(phase: str) -> str:
+    """The metric of a boot phase (`load_weight` -> `boot_load_weight_s`)."""
+    return f"boot_{phase}_s"

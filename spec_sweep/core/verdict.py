@@ -29,6 +29,7 @@ from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 
 __all__ = [
+    "DRIFT_USEFUL",
     "RESOLUTION",
     "Candidate",
     "Drift",
@@ -53,9 +54,10 @@ _T975 = (
 def t_quantile(df: int, p: float = 0.975) -> float:
     """The `p` quantile of Student's t with `df` degrees of freedom (df >= 1).
 
-    The 97.5% quantile (a two-sided 95% interval) is tabulated; other levels use the
-    Cornish-Fisher expansion around the normal quantile (within 3% of the exact value for
-    df >= 3 at the levels a Bonferroni correction over a few comparisons asks for: 4.75
+    The 97.5% quantile (a two-sided 95% interval) is tabulated; other levels are exact for one
+    and two degrees of freedom (`tan(pi (p - 1/2))`, `(2p - 1) / sqrt(2p (1 - p))`) and use the
+    Cornish-Fisher expansion around the normal quantile above (within 3% of the exact value
+    for df >= 3 at the levels a Bonferroni correction over a few comparisons asks for: 4.75
     against 4.86 for df 3 at 99.17%; within 0.1% at 97.5% for df >= 10).
     """
     if df < 1:
@@ -64,6 +66,10 @@ def t_quantile(df: int, p: float = 0.975) -> float:
         if df <= len(_T975):
             return _T975[df - 1]
         return 1.96 + 2.4 / df  # within 0.002 of the exact value above 30
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     z = NormalDist().inv_cdf(p)
     return (
         z
@@ -98,13 +104,23 @@ class Drift:
     beyond_noise: bool
     worst: float = 0.0  # the largest relative change of any re-measure, signed
     boots: int = 1  # baseline re-measures compared with the first boot
+    decidable: bool = True  # the bound is narrow enough to tell a drift worth knowing about
+    evidence: str = ""  # what the bound was computed from
 
     def describe(self) -> str:
         """One line for the summary and the report."""
         text = f"{self.change:+.1%} at the end ({self.first:.4g} -> {self.again:.4g})"
         if self.boots > 1:
             text += f"; largest of {self.boots} re-measures {self.worst:+.1%}"
-        return f"{text}; noise allows +-{self.bound:.1%}"
+        text += f"; noise allows +-{self.bound:.1%}"
+        if self.evidence:
+            text += f" ({self.evidence})"
+        if not self.decidable:
+            text += (
+                "; the sweep cannot tell a smaller drift from boot-to-boot noise (boot the "
+                "baseline more often, budget.remeasure_every, to narrow it)"
+            )
+        return text
 
 
 @dataclass
@@ -264,6 +280,10 @@ def _decide(out: Verdict, cands: list[Candidate], *, t: float | None, rel_sd: fl
     )
 
 
+#: A drift bound wider than this tells nothing worth knowing: the sweep says it cannot tell.
+DRIFT_USEFUL = 0.10
+
+
 def _drift(history: History, *, rel_sd: float | None, df: int) -> Drift | None:
     finished = history.finished
     first = finished.get(BASELINE_ID)
@@ -279,12 +299,18 @@ def _drift(history: History, *, rel_sd: float | None, df: int) -> Drift | None:
     if a is None or a <= 0 or not values:
         return None
     m = len(values)
-    if rel_sd is not None and df >= 1:
+    # The evidence of boot-to-boot noise is the confirmation's pooled spread (the baseline's
+    # own re-measures are left out of it: a drift among them would hide itself).
+    between = rel_sd is not None and df >= 1
+    if between:
+        assert rel_sd is not None
         # Several re-measures are several comparisons: Bonferroni keeps the false alarm at 5%.
         bound = t_quantile(df, 1 - 0.025 / m) * rel_sd * math.sqrt(2.0)
-    else:  # no repeats: only the within-boot intervals say how well each value is known
+        evidence = f"between-boot sd {rel_sd:.1%} from {df} degree(s) of freedom"
+    else:  # no configuration booted twice: only the within-boot intervals say anything
         halves = [_half_width(history, r) for r in (first, boots[-1])]
         bound = 2.0 * math.sqrt(sum(h * h for h in halves))
+        evidence = "within-boot intervals only: no configuration was booted twice"
     changes = [(v - a) / a for v in values]
     worst = max(changes, key=abs)
     return Drift(
@@ -292,9 +318,13 @@ def _drift(history: History, *, rel_sd: float | None, df: int) -> Drift | None:
         again=values[-1],
         change=changes[-1],
         bound=bound,
-        beyond_noise=abs(worst) > bound,
+        # The within-boot intervals miss the boot-to-boot spread (3-9 times wider on the real
+        # H200): a change beyond them is no evidence of drift.
+        beyond_noise=between and abs(worst) > bound,
         worst=worst,
         boots=m,
+        decidable=between and bound <= DRIFT_USEFUL,
+        evidence=evidence,
     )
 
 
@@ -348,4 +378,5 @@ def confirm_metrics(out: Verdict) -> dict[str, float]:
         m["baseline_drift"] = out.drift.change
         m["baseline_drift_max"] = out.drift.worst
         m["baseline_drift_bound"] = out.drift.bound
+        m["baseline_drift_decidable"] = 1.0 if out.drift.decidable else 0.0
     return m

@@ -109,6 +109,9 @@ class SGLangBackend:
     spec: SweepSpec
     extra_env: dict[str, str] = field(default_factory=dict)
     grace_s: float = 10.0
+    #: The sweep's trials folder, where each node's weight-cache daemon is recorded (set by the
+    #: sweep's run when `node.weight_cache` is on; None: every trial boots from disk).
+    weight_cache_dir: Path | None = None
 
     @property
     def name(self) -> str:
@@ -159,6 +162,7 @@ class SGLangBackend:
             grace_s=self.grace_s,
             on_launch=on_launch,
             node_id=node_id,
+            weight_cache_dir=self.weight_cache_dir,
         )
 
     def trial_env(self, trial_id: str) -> dict[str, str]:

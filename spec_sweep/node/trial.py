@@ -19,10 +19,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from spec_sweep.core.cost import cost_metrics
+from spec_sweep.core.names import (
+    AVAIL_METRIC,
+    MEASURE_METRIC,
+    WEIGHT_CACHE_METRIC,
+    WEIGHTS_METRIC,
+)
 from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.core.secrets import redact, secret_values
+from spec_sweep.core.versions import STARTUP_TIME_SINCE, at_least
 from spec_sweep.node import gpu
+from spec_sweep.node.boot_phases import parse_boot
 from spec_sweep.node.classify import Classification, classify
 from spec_sweep.node.client import BenchResult, run_benchmark_sync
 from spec_sweep.node.command import build_command, launch_for
@@ -32,6 +42,7 @@ from spec_sweep.node.ports import choose_server_port
 from spec_sweep.node.procs import group_pids
 from spec_sweep.node.quality import QualityCheck, check_quality
 from spec_sweep.node.server import ReadyResult, ServerProcess, launch_server
+from spec_sweep.node.weight_cache import compile_env, daemon_pids, plan_client
 from spec_sweep.spec import SweepSpec
 
 __all__ = ["run_trial"]
@@ -50,6 +61,7 @@ def run_trial(
     grace_s: float = 10.0,
     on_launch: Callable[[ServerProcess], None] | None = None,
     node_id: str | None = None,
+    weight_cache_dir: Path | None = None,
 ) -> TrialResult:
     """Run one configuration through the whole trial path.
 
@@ -65,6 +77,8 @@ def run_trial(
         grace_s: Seconds between SIGTERM and SIGKILL at teardown.
         on_launch: Called with the server right after it started (for bookkeeping).
         node_id: The Ray node running the trial, recorded with the server for cleanup.
+        weight_cache_dir: With `node.weight_cache`, the sweep's trials folder: where this
+            node's weight-cache daemon is recorded (`weight_cache`); None boots from disk.
 
     Returns:
         The classified outcome; failures of the configuration are results.
@@ -78,11 +92,25 @@ def run_trial(
     trial_dir.mkdir(parents=True, exist_ok=True)
     config = dict(config)
     use_gpus = launch_for(spec, simulate=simulate).uses_gpus(spec)
+    cache_dir = weight_cache_dir if spec.node.weight_cache else None
     if use_gpus:
-        gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s))
-
+        # The weight-cache daemon holds the GPUs between trials on purpose.
+        held = daemon_pids(cache_dir, node_id) if cache_dir is not None else ()
+        gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s), ignore_pids=held)
+    client = None
+    if cache_dir is not None:
+        client = plan_client(
+            spec,
+            config,
+            root=cache_dir,
+            node_id=node_id,
+            simulate=simulate,
+            timeout_s=spec.node.boot_timeout_s,
+        )
     port = choose_server_port(_HOST)
-    command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
+    launched = {**config, **client.overrides} if client is not None else config
+    command = build_command(spec, launched, port=port, host=_HOST, simulate=simulate)
+    extra_env = {**compile_env(spec), **(extra_env or {})}
     (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(
         command,
@@ -95,11 +123,19 @@ def run_trial(
     )
     if on_launch is not None:
         on_launch(server)
-    run = _serve(spec, server, use_gpus=use_gpus, grace_s=grace_s, trial_dir=trial_dir,
-                 trial_id=trial_id)  # fmt: skip
+    run = _serve(
+        spec, server, use_gpus=use_gpus, grace_s=grace_s, trial_dir=trial_dir, trial_id=trial_id
+    )
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
-    metrics = _metrics(spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE)
+    metrics = _metrics(
+        spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE, log=server.log_text()
+    )
+    if client is not None:
+        # A client's log shows the daemon's weights as already taken: no memory facts from it.
+        metrics = {k: v for k, v in metrics.items() if k not in (AVAIL_METRIC, WEIGHTS_METRIC)}
+        metrics[WEIGHT_CACHE_METRIC] = 1.0
+        reason = f"{reason} ({client.note})" if reason else client.note
     return TrialResult(
         trial_id=trial_id,
         config=config,
@@ -129,6 +165,8 @@ class _Served:
     timed_out: bool
     released: bool | None
     peak_gib: float | None
+    measure_s: float | None = None
+    server_info: dict[str, Any] | None = None
 
 
 def _serve(
@@ -149,6 +187,8 @@ def _serve(
     exit_code: int | None = None
     timed_out = False
     released: bool | None = None
+    measure_s: float | None = None
+    info: dict[str, Any] | None = None
     try:
         if sampler is not None:
             sampler.__enter__()
@@ -156,9 +196,13 @@ def _serve(
         ready = server.wait_ready(timeout_s=boot_timeout)
         exit_code = ready.exit_code
         if ready.ready:
+            measuring = time.monotonic()
+            if at_least(spec.node.sglang_version, STARTUP_TIME_SINCE):
+                info = _server_info(server)
             bench, extras, exit_code, timed_out = _benchmark(
                 spec, server, deadline=deadline, trial_dir=trial_dir, trial_id=trial_id
             )
+            measure_s = time.monotonic() - measuring
     finally:
         pids = group_pids(server.pgid)
         if exit_code is None and not server.stopped:
@@ -176,7 +220,19 @@ def _serve(
         timed_out=timed_out,
         released=released,
         peak_gib=sampler.peak_gib if sampler is not None else None,
+        measure_s=measure_s,
+        server_info=info,
     )
+
+
+def _server_info(server: ServerProcess) -> dict[str, Any] | None:
+    """`/server_info` once the server is up (SGLang 0.5.17+ has `startup_time` in it)."""
+    try:
+        response = httpx.get(f"{server.base_url}/server_info", timeout=10.0)
+        info = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def _classify(server: ServerProcess, run: _Served) -> Classification:
@@ -211,12 +267,21 @@ def _quality_verdict(
     return mode, reason
 
 
-def _metrics(spec: SweepSpec, run: _Served, *, trial_dir: Path, measured: bool) -> dict[str, float]:
+def _metrics(
+    spec: SweepSpec, run: _Served, *, trial_dir: Path, measured: bool, log: str
+) -> dict[str, float]:
     """What the trial measured (and its files: bench.json, goodput.json)."""
     bench, extras = run.bench, run.extras
     metrics: dict[str, float] = {}
-    if run.ready.ready:
-        metrics["boot_s"] = round(run.ready.boot_s, 3)
+    boot_s = round(run.ready.boot_s, 3) if run.ready.ready else None
+    if boot_s is not None:
+        metrics["boot_s"] = boot_s
+    # Where the boot went, as SGLang timed it (also for a boot that failed: the phases it
+    # reached), and the memory facts of its first weight load (`core.memory`).
+    boot = parse_boot(log, server_info=run.server_info)
+    metrics.update(boot.metrics(boot_s=boot_s))
+    if run.measure_s is not None:
+        metrics[MEASURE_METRIC] = round(run.measure_s, 3)
     if bench is not None:
         metrics.update(bench_metrics(bench, multi_level=spec.workload.multi_level))
         _write_bench(trial_dir / "bench.json", bench)

@@ -24,6 +24,7 @@ for the whole run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -36,6 +37,7 @@ from typing import Any
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.confirm import Repeat, plan, remeasure_due
 from spec_sweep.core.history import History, Rerun
+from spec_sweep.core.hours import hours_metrics, node_hours
 from spec_sweep.core.ids import BASELINE_ID, repeated_of
 from spec_sweep.core.names import (
     SPEEDUP_METRIC,
@@ -50,6 +52,7 @@ from spec_sweep.core.secrets import secret_values
 from spec_sweep.core.verdict import Verdict, confirm_metrics, verdict, workload_warning
 from spec_sweep.node.backends import TrialBackend
 from spec_sweep.node.server import kill_recorded_servers
+from spec_sweep.node.weight_cache import stop_daemons
 from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
 from spec_sweep.orchestrate.trainable import TrialContext
 from spec_sweep.orchestrate.tune import Batch, ConfirmQueue, EnvironmentStop, Interrupt, fit
@@ -112,10 +115,14 @@ class SweepRun:
         previous = _install_sigint(interrupt, self.state)
         hours = self.spec.budget.max_hours
         self._deadline = time.monotonic() + hours * 3600 if hours else None
+        backend = self.options.backend
+        if self.spec.node.weight_cache and hasattr(backend, "weight_cache_dir"):
+            # each node's daemon is recorded beside the trials, stopped at teardown
+            backend = dataclasses.replace(backend, weight_cache_dir=self.state.trials_dir)  # type: ignore[type-var]
         self._batch = Batch(
             spec=self.spec,
             ctx=TrialContext(
-                backend=self.options.backend,
+                backend=backend,
                 tracker=self.tracker,
                 parent_run_id=self.parent_run_id,
                 trials_dir=self.state.trials_dir,
@@ -208,6 +215,8 @@ class SweepRun:
                 break  # stopped, or a batch that recorded nothing (Tune gave up)
         outcome.exhausted = searcher.exhausted
         outcome.study = searcher.study
+        if searcher.converged is not None and searcher.converged.converged:
+            outcome.converged = searcher.converged.reason
 
     def confirm(self, outcome: SweepOutcome) -> None:
         """The top configurations booted again (more rounds while tied within noise), then the
@@ -216,6 +225,7 @@ class SweepRun:
         searched = (
             len(self.history.done) >= budget.trials
             or outcome.exhausted
+            or outcome.converged is not None
             or budget.trials - self._started_with <= 0
         )
         while searched and not outcome.interrupted and not outcome.environment:
@@ -231,6 +241,7 @@ class SweepRun:
     def teardown(self) -> None:
         """Stop servers left behind and close runs still open (read the record once more)."""
         kill_recorded_servers(self.state.trials_dir)
+        stop_daemons(self.state.trials_dir)
         running = self.refresh().running
         for record in running:
             self.tracker.kill_run(record.run_id)
@@ -245,7 +256,7 @@ class SweepRun:
         done = history.done
         outcome.new_trials = len(done) - self._started_with
         complete = (
-            len(done) >= spec.budget.trials or outcome.exhausted
+            len(done) >= spec.budget.trials or outcome.exhausted or outcome.converged is not None
         ) and not outcome.interrupted
         outcome.out_of_time = (
             _past(self._deadline)
@@ -260,7 +271,7 @@ class SweepRun:
         if self.options.report and done:
             self._publish_report(outcome)
         if complete:
-            final = history.best_metrics()
+            final = history.best_metrics() | hours_metrics(node_hours(history))
             if outcome.verdict is not None:
                 final |= confirm_metrics(outcome.verdict)
                 tracker.set_tags(self.parent_run_id, _verdict_tags(outcome.verdict))
@@ -313,6 +324,8 @@ def _verdict_tags(v: Verdict) -> dict[str, str]:
         tags[TAG_RECOMMENDED] = v.recommended.trial_id
     if v.drift is not None and v.drift.beyond_noise:
         tags[TAG_DRIFT] = "the node changed under the sweep"
+    elif v.drift is not None and not v.drift.decidable:
+        tags[TAG_DRIFT] = f"cannot tell: noise allows +-{v.drift.bound:.1%} ({v.drift.evidence})"
     return tags
 
 

@@ -39,6 +39,7 @@ class SweepOutcome:
     report_error: str | None = None
     verdict: Verdict | None = None
     warnings: list[str] = field(default_factory=list)
+    converged: str | None = None  # why the search stopped before its budget (until: converged)
 
     @property
     def records(self) -> list[TrialRecord]:

@@ -77,6 +77,7 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
     config = dict(config)
     trial_id = str(config.pop(names.CONFIG_TRIAL_ID))
     attempt = int(config.pop(names.CONFIG_ATTEMPT, 1))
+    predicted = config.pop(names.CONFIG_PREDICTED, None)
     spec = ctx.backend.spec
     cfg = normalize_config(spec, config)
     tracker = ctx.tracker
@@ -105,6 +106,8 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
     kill_recorded_servers(ctx.trials_dir, node_id=here)
     attempt = _close_lost(ctx, trial_id, attempt)
     fingerprint = ctx.backend.fingerprint()
+    if predicted:  # SGLang's own memory rule says it cannot boot: recorded, never launched
+        return _predicted(ctx, trial_id, cfg, attempt, fingerprint, str(predicted))
     if spec.budget.reuse and not repeat:
         earlier = tracker.find_reusable(fingerprint, cfg, exclude_parent=ctx.parent_run_id)
         if earlier is not None:
@@ -136,6 +139,32 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
         return TrialReport(trial_id=trial_id, interrupted=True, environment=why, reason=why)
     (trial_dir / names.RESULT_FILE).write_text(json.dumps(result.to_dict()))
     return _finish(ctx, run_id, result, trial_dir, t0=time.monotonic(), spent_s=record_s)
+
+
+def _predicted(
+    ctx: TrialContext, trial_id: str, config: Config, attempt: int, fingerprint: str, why: str
+) -> TrialReport:
+    """Record a trial SGLang's memory rule says cannot boot (`core.memory`) as a predicted
+    `oom`, without launching anything: tagged `spec_sweep.predicted`, no node time spent."""
+    t0 = time.monotonic()
+    run_id = _open(ctx, trial_id, config, attempt, fingerprint, system_metrics=False)
+    ctx.tracker.set_tags(run_id, {names.TAG_PREDICTED: "sglang memory rule"})
+    trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / names.RUN_ID_FILE).write_text(run_id)
+    command = ctx.backend.command(config)
+    result = TrialResult(
+        trial_id=trial_id,
+        config=dict(config),
+        failure_mode=FailureMode.OOM,
+        reason=why,
+        command=command.argv,
+        env=dict(command.env),
+        log_excerpt=why,
+        started_at=time.time(),
+    )
+    (trial_dir / names.RESULT_FILE).write_text(json.dumps(result.to_dict()))
+    return _finish(ctx, run_id, result, trial_dir, t0=t0)
 
 
 def _open(

@@ -95,12 +95,17 @@ class _TuneSearcher(Searcher):
         """The source's next proposal, tagged with our trial id and attempt number."""
         proposal = self._sweep.suggest(trial_id)
         if proposal is None:
-            return Searcher.FINISHED if self._sweep.exhausted else None  # type: ignore[return-value]
-        return {
+            done = self._sweep.exhausted or _converged(self._sweep)
+            return Searcher.FINISHED if done else None  # type: ignore[return-value]
+        config = {
             **proposal.params,
             names.CONFIG_TRIAL_ID: proposal.trial_id,
             names.CONFIG_ATTEMPT: proposal.attempt,
         }
+        predicted = getattr(proposal, "predicted", None)  # SGLang's memory rule: no boot
+        if predicted:
+            config[names.CONFIG_PREDICTED] = predicted
+        return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """A trial reports once, at its end (`on_trial_complete`); nothing to do here."""
@@ -188,6 +193,12 @@ class _ProgressCallback(Callback):
     ) -> None:
         if self.progress is not None:
             self.progress.retrying(_trial_id(trial))
+
+
+def _converged(source: ProposalSource) -> bool:
+    """Whether the source stopped because the search converged (`budget.until: converged`)."""
+    converged = getattr(source, "converged", None)
+    return bool(converged is not None and converged.converged)
 
 
 def _trial_id(trial: Trial) -> str:

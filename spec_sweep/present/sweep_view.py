@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from spec_sweep.core.config import Config
 from spec_sweep.core.history import History
 from spec_sweep.core.ids import BASELINE_ID
+from spec_sweep.core.hours import NodeHours, node_hours
 from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
@@ -77,6 +78,7 @@ class SweepView:
     failures: dict[str, int]
     loads: LoadAnswer | None
     cost: SweepCost
+    hours: NodeHours | None = None
 
     @classmethod
     def of(cls, history: History, verdict: Verdict | None = None) -> SweepView:
@@ -108,6 +110,7 @@ class SweepView:
             failures={k: v for k, v in counts.items() if k != "none"},
             loads=per_load_answer(history),
             cost=sweep_cost(history),
+            hours=node_hours(history),
         )
 
     @property
@@ -145,6 +148,16 @@ class SweepView:
                 f"best configuration: ${cost.best_usd_per_million_tokens:.4g} per million "
                 "output tokens"
             )
+        return lines
+
+    def hours_lines(self) -> list[str]:
+        """Where the node-hours went: booting, measuring, failed boots, confirmation; the boot
+        by phase; the knobs whose failures cost the most (`core.hours`)."""
+        hours = self.hours
+        if hours is None or hours.total <= 0:
+            return []
+        lines = [hours.sentence()]
+        lines += [line for line in (hours.phase_sentence(), hours.knob_sentence()) if line]
         return lines
 
     def quality_lines(self) -> list[str]:

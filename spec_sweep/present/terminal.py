@@ -56,6 +56,8 @@ class SweepSummary(Protocol):
     def out_of_time(self) -> bool: ...
     @property
     def warnings(self) -> list[str]: ...
+    @property
+    def converged(self) -> str | None: ...
 
 
 def print_summary(console: Console, outcome: SweepSummary) -> None:
@@ -68,6 +70,7 @@ def print_summary(console: Console, outcome: SweepSummary) -> None:
         parts.append(Text(f"failures: {counts}"))
     parts += [Text(line) for line in view.load_and_cost_lines()]
     parts += [Text(line) for line in view.quality_lines()]
+    parts += [Text(line) for line in view.hours_lines()]
     if view.verdict is not None:
         parts += _verdict_lines(spec, view.verdict)
     parts += _pick_lines(view)
@@ -160,6 +163,10 @@ def _ending(spec: SweepSpec, outcome: SweepSummary, *, finished: int) -> Text | 
         )
     if outcome.exhausted:
         return Text(f"\nsearch space exhausted after {finished} distinct configurations")
+    if outcome.converged:
+        return Text(
+            f"\nsearch stopped before its budget of {spec.budget.trials}: {outcome.converged}"
+        )
     return None
 
 

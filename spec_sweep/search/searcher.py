@@ -32,7 +32,10 @@ from typing import Any
 import optuna
 
 from spec_sweep.core.config import Config, config_key, normalize_config
+from spec_sweep.core.converge import Convergence, convergence, search_noise
 from spec_sweep.core.ids import trial_name
+from spec_sweep.core.memory import Observation, observations, predict_oom
+from spec_sweep.core.names import AVAIL_METRIC, WEIGHTS_METRIC
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import FailureMode, TrialReport
 from spec_sweep.core.record import TrialRecord
@@ -56,12 +59,15 @@ class Proposal:
         attempt: The attempt number (> 1 when an interrupted trial runs again).
         params: The parameter values as Optuna proposed them.
         config: The normalized configuration (active parameters, in dependency order).
+        predicted: Why it cannot boot by SGLang's own memory rule (`core.memory`): recorded
+            as a predicted `oom` without a boot. None for a trial to launch.
     """
 
     trial_id: str
     attempt: int
     params: dict[str, Any]
     config: Config
+    predicted: str | None = None
 
 
 class SweepSearcher:
@@ -104,6 +110,10 @@ class SweepSearcher:
         self._failure_aware = failure_aware
         self._rng = random.Random(f"steps:{spec.searcher.seed}")
         self.exhausted = False
+        # `budget.until: converged` (`core.converge`): every search trial's value, in order.
+        self.converged: Convergence | None = None
+        self._values: list[float | None] = []
+        self._measured: list[Mapping[str, float]] = []
         # Domain knowledge (`spec_guide`): SGLang's tree rules before launch, and the
         # speculative branch's share of the budget. Part of the failure-aware TPE searcher.
         self._guide: SpecGuide | None = None
@@ -111,6 +121,9 @@ class SweepSearcher:
             self._guide = SpecGuide(spec, seed=spec.searcher.seed)
         self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
         self._turn = 0  # the guide's proposals take turns with TPE's
+        # What earlier trials' logs said about GPU memory (`core.memory`): the pre-launch check.
+        self._memory: list[Observation] = observations(history)
+        self._ids: dict[str, str] = {}
         for record in history:
             mode = record.failure_mode or FailureMode.CRASH
             value = self._learn(record.config, mode, record.metrics)
@@ -142,6 +155,28 @@ class SweepSearcher:
         if self._queue:
             our_id, config, attempt = self._queue.pop(0)
             return self._fixed(key, config, our_id=our_id, attempt=attempt)
+        if self._stop():
+            return None
+        return self._checked(self._next(key))
+
+    def _stop(self) -> bool:
+        """Whether the search has converged (`budget.until: converged`, after the design)."""
+        budget = self._spec.budget
+        if budget.until != "converged" or self._design:
+            return False
+        if self.converged is None or not self.converged.converged:
+            gain = self._guide.predicted_gain(seen=self._seen) if self._guide is not None else None
+            self.converged = convergence(
+                self._values,
+                maximize=self._objective.direction == "maximize",
+                noise=search_noise(self._measured, self._spec.objective.metric),
+                predicted_gain=gain,
+                patience=budget.patience,
+            )
+        return self.converged.converged
+
+    def _next(self, key: str) -> Proposal | None:
+        """The design's next configuration, the guide's turn, or the model's proposal."""
         while self._design:
             launch = self._launchable(self._design.pop(0))
             if launch is not None:
@@ -150,6 +185,15 @@ class SweepSearcher:
         if guided is not None:
             return self._fixed(key, guided)
         return self._from_model(key)
+
+    def _checked(self, proposal: Proposal | None) -> Proposal | None:
+        """The proposal, marked `predicted` when SGLang's memory rule says it cannot boot."""
+        if proposal is None:
+            return None
+        why = predict_oom(self._spec, proposal.config, self._memory)
+        if why is None:
+            return proposal
+        return Proposal(proposal.trial_id, proposal.attempt, proposal.params, proposal.config, why)
 
     def _guided(self) -> Config | None:
         """The guide's turn, if it is one: a tree the speculative model ranks first (at once
@@ -225,6 +269,7 @@ class SweepSearcher:
             # the sampler ignores.
             sampling.tell_result(self.study, ot_trial, value=None, failed=False)
             return
+        self._remember_memory(key, report.metrics)
         value = self._learn(self._configs.get(key), report.failure_mode, report.metrics)
         sampling.tell_result(
             self.study,
@@ -233,6 +278,13 @@ class SweepSearcher:
             failed=value is None,
             constraints=self._objective.violations(report.metrics),
         )
+
+    def _remember_memory(self, key: str, metrics: Mapping[str, float]) -> None:
+        """Keep what the trial's log said about GPU memory, for the pre-launch check."""
+        avail, weights = metrics.get(AVAIL_METRIC), metrics.get(WEIGHTS_METRIC)
+        config = self._configs.get(key)
+        if avail and weights and avail > 0 and weights > 0 and config is not None:
+            self._memory.append(Observation(self._ids.get(key, key), config, avail, weights))
 
     def _learn(
         self,
@@ -243,8 +295,11 @@ class SweepSearcher:
         """What a classified outcome teaches: the objective value Optuna is told (None: the
         configuration failed), and the speculative guide's observation."""
         value = self._objective.value(metrics) if mode is FailureMode.NONE else None
+        ok = value is not None and self._objective.meets(metrics)
+        self._values.append(value if ok else None)
+        if ok:
+            self._measured.append(metrics)
         if self._guide is not None and config is not None:
-            ok = value is not None and self._objective.meets(metrics)
             self._guide.observe(
                 config, value=value if ok else None, metrics={**metrics, "failure_mode": mode.value}
             )
@@ -281,6 +336,7 @@ class SweepSearcher:
         if our_id is None:
             our_id = trial_name(self._next_index)
             self._next_index += 1
+        self._ids[key] = our_id
         return Proposal(trial_id=our_id, attempt=attempt, params=params, config=config)
 
     def _launchable(self, config: Config) -> Config | None:

@@ -483,3 +483,76 @@ class SpecGuide:
                     continue
                 out.append({**anchor, key: value})
         return out
+
+    # -- convergence (`core.converge`, `budget.until: converged`) -------------------------------
+    def predicted_gain(self, *, seen: set[str]) -> float | None:
+        """The most the models predict an untried configuration beats the best trial by.
+
+        Relative to the best measured value. Candidates: the best trial with one system knob
+        changed and with every knob at its best-estimated value (the additive model,
+        `_effects`), and every untried tree on the best trial's knobs (the speculative model),
+        each only when it probably runs (the failure model's probability at least one half).
+        `math.inf` while the speculative branch is alive with fewer than two measured trees
+        (its model cannot say yet); None when no model can rank anything.
+        """
+        best = self._best()
+        if best is None or not best.value or best.value <= 0:
+            return None
+        gains: list[float] = []
+        effects = self._effects()
+        if effects:
+            gains += self._step_gains(best, effects, seen)
+        if self.enabled:
+            spec_trials = [t for t in self.trials if self._speculative(t.config)]
+            self._update_alive(spec_trials)
+            if self.alive:
+                if sum(1 for t in spec_trials if t.ok) < 2:
+                    return math.inf
+                gains += self._tree_gains(best, seen)
+        return max(gains) if gains else None
+
+    def _step_gains(
+        self, best: _Trial, effects: dict[tuple[str, str], float], seen: set[str]
+    ) -> list[float]:
+        tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
+        anchor = dict(best.config)
+        base = sum(effects.get((k, repr(v)), 0.0) for k, v in anchor.items())
+        candidates = self._system_neighbours(anchor)
+        composed = dict(anchor)
+        for key in ordered_keys(self.spec.params):
+            if key in tree_keys or key not in composed:
+                continue
+            options = [(effects.get((key, repr(v)), 0.0), v) for v in self._values(key)]
+            if options:
+                composed[key] = max(options, key=lambda o: o[0])[1]
+        candidates.append(composed)
+        out = []
+        for candidate in candidates:
+            try:
+                config = normalize_config(
+                    self.spec,
+                    resolve_config(self.spec, candidate, what="step", fill=lambda p: p.values()[0]),
+                )
+            except ValueError:
+                continue
+            launch = self.unseen_launch(config, seen=seen)
+            if launch is None or self._risk(launch) < math.log(0.5):
+                continue
+            gain = sum(effects.get((k, repr(v)), 0.0) for k, v in config.items())
+            out.append(math.exp(gain - base) - 1.0)
+        return out
+
+    def _tree_gains(self, best: _Trial, seen: set[str]) -> list[float]:
+        anchor = dict(best.config)
+        model = self._model(anchor)
+        out = []
+        for tree in self._trees():
+            config = self._with_tree(anchor, tree)
+            if config is None:
+                continue
+            launch = self.unseen_launch(config, seen=seen)
+            if launch is None or self._risk(launch) < math.log(0.5):
+                continue
+            predicted = self._predict(model, anchor, tree, base=best)
+            out.append(predicted / (best.value or 1.0) - 1.0)
+        return out

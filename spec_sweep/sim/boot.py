@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 _FOREVER = 365 * 24 * 3600.0
+#: Seconds a weight-cache client takes to map the daemon's weights (assumed, not measured).
+CLIENT_LOAD_S = 5.0
 
 #: The phases of ``startup_time["cuda_graph"]``, always all present (``GRAPH_MEMORY_USAGE_KEYS``,
 #: model_executor/graph_memory_usage.py 0.5.17:5-12, same in 0.5.23).
@@ -289,17 +291,20 @@ async def boot_node(
 
     # -- weights -------------------------------------------------------------------------------
     log.ranks(f"Load weight begin. avail mem={plan.pre_load_avail_gib:.2f} GB", tp)
-    await _pause(options, boot.load_weights)
+    # A weight-cache client maps the daemon's weights over CUDA IPC instead of reading them
+    # (the time is an assumption until measured; the memory is modelled as a disk boot's).
+    load_s = CLIENT_LOAD_S if cfg.weight_cache_mode == "client" else boot.load_weights
+    await _pause(options, load_s)
     if await _fail_at(plan, "load", log=log, workers=workers):
         return None
     quant = f"{profile.model.quant_log}, " if profile.model.quant_log else ""
     log.ranks(
-        f"Load weight end. elapsed={boot.load_weights:.2f} s, "
+        f"Load weight end. elapsed={load_s:.2f} s, "
         f"type={profile.model.architecture}, {quant}"
         f"avail mem={plan.post_load_avail_gib:.2f} GB, mem usage={plan.weights_gib:.2f} GB.",
         tp,
     )
-    result.load_weight_s = boot.load_weights
+    result.load_weight_s = load_s
     avail = plan.post_load_avail_gib
     if plan.spec is not None:
         log.ranks(f"Load weight begin. avail mem={avail:.2f} GB", tp)

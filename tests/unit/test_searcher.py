@@ -70,3 +70,45 @@ def test_a_trial_whose_machinery_failed_teaches_nothing(tmp_path: Path) -> None:
     assert value is None
     assert constraints is None or all(c <= 0 for c in constraints)
     assert state.name == "FAIL"
+
+
+def test_a_proposal_sglangs_memory_rule_rejects_is_marked_predicted(tmp_path: Path) -> None:
+    from harness import DROP, make_spec
+
+    from spec_sweep.core.names import AVAIL_METRIC, WEIGHTS_METRIC
+
+    spec = make_spec(
+        tmp_path,
+        search_space={
+            "include": [],
+            "params": {"mem-fraction-static": {"choices": [0.3, 0.5, 0.8, 0.9], "default": 0.8}},
+        },
+        baseline=DROP,
+        searcher={"kind": "random", "seed": 0},
+    )
+    searcher = SweepSearcher(
+        spec, history=[], requeue=[("t0000", {"mem-fraction-static": 0.8}, 1)], next_index=1
+    )
+    base = searcher.suggest("k0")
+    assert base is not None
+    assert base.predicted is None  # nothing known before the baseline's log
+    # the baseline's log: 80 GB free before the weights, 60 GB of weights per GPU
+    searcher.complete(
+        "k0",
+        TrialReport(
+            "t0000",
+            FailureMode.NONE,
+            metrics={"output_throughput": 80.0, AVAIL_METRIC: 80.0, WEIGHTS_METRIC: 60.0},
+        ),
+    )
+    marked = {}
+    for i in range(1, 4):
+        proposal = searcher.suggest(f"k{i}")
+        assert proposal is not None
+        marked[proposal.config["mem-fraction-static"]] = proposal.predicted
+        searcher.complete(f"k{i}", TrialReport(proposal.trial_id, FailureMode.OOM))
+    # 0.3 and 0.5 x 81.6 GB hold less than 59.99 GB of weights; 0.9 may boot
+    assert marked[0.9] is None
+    assert marked[0.3] is not None
+    assert "t0000" in marked[0.3]
+    assert marked[0.5] is not None

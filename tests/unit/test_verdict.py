@@ -142,3 +142,68 @@ def test_t_quantile() -> None:
     assert t_quantile(4, 0.975 + 1e-12) == pytest.approx(2.776, rel=0.01)
     with pytest.raises(ValueError, match="degrees of freedom"):
         t_quantile(0)
+
+
+def test_small_df_quantiles_are_exact() -> None:
+    # t with 1 and 2 degrees of freedom in closed form (Student's tables: 31.82, 6.965 at 99%)
+    assert t_quantile(1, 0.99) == pytest.approx(31.821, rel=1e-3)
+    assert t_quantile(2, 0.99) == pytest.approx(6.965, rel=1e-3)
+    assert t_quantile(2, 0.975) == pytest.approx(4.303)
+
+
+def _confirmed(spread: float) -> list[object]:
+    """Two candidates booted four times each around 110 and 130, +-`spread` (relative)."""
+    out = [_rec("t0000", BASE, 100.0), _rec("t0001", A, 110.0), _rec("t0002", B, 130.0)]
+    for n, sign in enumerate((1, -1, 1, -1), start=1):
+        out.append(_rec(f"t0001.r{n}", A, 110.0 * (1 + sign * spread), start=10 + n))
+        out.append(_rec(f"t0002.r{n}", B, 130.0 * (1 - sign * spread), start=10 + n))
+    return out
+
+
+def test_drift_fires_where_the_boots_are_quiet(tmp_path: Path) -> None:
+    # boots spread ~1%: an 8% slower baseline at the end is the node, not noise
+    records = [*_confirmed(0.01), _rec("t0000.r1", BASE, 92.0, start=99)]
+    v = verdict(History(_spec(tmp_path), records))
+    assert v is not None
+    assert v.drift is not None
+    assert v.drift.decidable
+    assert v.drift.bound < 0.08
+    assert v.drift.beyond_noise
+    assert "between-boot sd" in v.drift.describe()
+    assert confirm_metrics(v)["baseline_drift_decidable"] == 1.0
+
+
+def test_drift_says_plainly_when_the_boots_are_too_noisy_to_tell(tmp_path: Path) -> None:
+    # boots spread as the real 0.5.17 baseline on the H200 (616.9, 437.4, 543.8 tok/s: 17% CV)
+    records = [*_confirmed(0.17), _rec("t0000.r1", BASE, 92.0, start=99)]
+    v = verdict(History(_spec(tmp_path), records))
+    assert v is not None
+    assert v.drift is not None
+    assert not v.drift.decidable
+    assert not v.drift.beyond_noise
+    assert v.drift.bound > 0.3
+    assert "cannot tell a smaller drift from boot-to-boot noise" in v.drift.describe()
+    assert confirm_metrics(v)["baseline_drift_decidable"] == 0.0
+
+
+def test_within_boot_intervals_alone_never_call_a_drift(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, confirm=0)
+    ci = {"output_throughput_ci_low": 99.0, "output_throughput_ci_high": 101.0}
+    records = [
+        _rec("t0000", BASE, 100.0, **ci),
+        _rec(
+            "t0000.r1",
+            BASE,
+            90.0,
+            start=99,
+            output_throughput_ci_low=89.0,
+            output_throughput_ci_high=91.0,
+        ),
+    ]
+    v = verdict(History(spec, records))
+    assert v is not None
+    assert v.drift is not None
+    assert v.drift.bound == pytest.approx(2 * (0.01**2 + (1 / 90) ** 2) ** 0.5)
+    assert not v.drift.beyond_noise  # -10% is beyond the within-boot intervals, not the boots
+    assert not v.drift.decidable
+    assert "no configuration was booted twice" in v.drift.describe()

@@ -118,8 +118,34 @@ def render_html(
         loads=a.view.loads,
         cost=a.view.cost,
         quality=a.view.quality_lines(),
+        hours=_hours(a),
         csv_name=CSV_NAME,
     )
+
+
+def _hours(a: Analysis) -> dict[str, Any] | None:
+    """Where the node-hours went (`core.hours`), as rows of the report's table."""
+    hours = a.view.hours
+    if hours is None or hours.total <= 0:
+        return None
+    parts = [
+        ("booting (measured search trials, launch to ready)", hours.boot),
+        ("measuring (benchmark, goodput, quality)", hours.measure),
+        ("failed boots (search trials that failed, whole)", hours.failed),
+        ("confirmation (repeat boots, baseline re-measures)", hours.confirm),
+        ("other (GPU waits, teardown, lost attempts)", hours.other),
+    ]
+    booted = sum(hours.phases.values())
+    return {
+        "sentence": hours.sentence(),
+        "parts": [(name, f"{h:.3g}", f"{hours.share(h):.0%}") for name, h in parts],
+        "phases": [
+            (k.replace("_", " "), f"{v:.3g}", f"{v / booted:.0%}")
+            for k, v in sorted(hours.phases.items(), key=lambda kv: -kv[1])
+            if booted > 0
+        ],
+        "knobs": [(k, f"{s:.1%}") for k, s in hours.knobs],
+    }
 
 
 def _headline(a: Analysis, parent_run_id: str | None) -> dict[str, Any]:

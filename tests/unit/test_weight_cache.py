@@ -1,0 +1,112 @@
+"""`node.weight_cache`: compile caches pinned per node, the weight-cache daemon's command, who
+boots as its client and with which static fraction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import harness
+import pytest
+
+from spec_sweep.core.names import AVAIL_METRIC, WEIGHTS_METRIC
+from spec_sweep.errors import SpecError
+from spec_sweep.node.weight_cache import (
+    client_fraction,
+    compile_env,
+    daemon_command,
+    eligible,
+    plan_client,
+)
+
+EAGLE = {"speculative-algorithm": "EAGLE3"}
+
+
+def _spec(tmp_path: Path, version: str = "0.5.17", **node: object) -> object:
+    return harness.make_spec(
+        tmp_path,
+        node={
+            "sglang_version": version,
+            "server_args": {"tp-size": 8, "trust-remote-code": True},
+            **node,
+        },
+        search_space={"include": ["speculative.yaml", "memory_decode.yaml"]},
+    )
+
+
+def test_compile_caches_are_pinned_per_version_and_node_env_wins(tmp_path: Path) -> None:
+    old = compile_env(_spec(tmp_path, env={"TRITON_CACHE_DIR": "/mine"}))  # type: ignore[arg-type]
+    root = Path("~/.cache/spec_sweep/compile").expanduser() / "sglang-0.5.17"
+    assert old["SGLANG_CACHE_DIR"] == str(root)
+    assert old["TORCHINDUCTOR_CACHE_DIR"] == str(root / "inductor")
+    assert old["SGLANG_DG_CACHE_DIR"] == str(root / "deep_gemm")
+    assert old["FLASHINFER_WORKSPACE_BASE"] == str(root)
+    assert "TRITON_CACHE_DIR" not in old  # node.env sets it
+    assert "TILELANG_CACHE_DIR" not in old  # 0.5.18+ only
+    new = compile_env(_spec(tmp_path, "0.5.23", compile_cache="/vol/cache"))  # type: ignore[arg-type]
+    assert new["TRITON_CACHE_DIR"] == "/vol/cache/sglang-0.5.23/triton"
+    assert new["TILELANG_CACHE_DIR"] == "/vol/cache/sglang-0.5.23/tilelang"
+    assert compile_env(_spec(tmp_path, compile_cache=False)) == {}  # type: ignore[arg-type]
+
+
+def test_the_weight_cache_needs_0_5_17_and_owns_its_flag(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"node.weight_cache: .*arrived in 0.5.17.*0.5.13"):
+        harness.make_spec(tmp_path, node={"sglang_version": "0.5.13", "weight_cache": True})
+    with pytest.raises(SpecError, match="sets --weight-cache-mode itself"):
+        _spec(tmp_path, weight_cache=True, server_args={"weight-cache-mode": "client"})
+    with pytest.raises(SpecError, match=r"leave node\.launch out"):
+        _spec(tmp_path, weight_cache=True, launch=["sglang", "serve"])
+
+
+def test_only_non_speculative_trials_with_the_baselines_weights_are_clients(
+    tmp_path: Path,
+) -> None:
+    spec = _spec(tmp_path, weight_cache=True)
+    assert eligible(spec, {"cuda-graph-max-bs-decode": 64, "mem-fraction-static": 0.8})  # type: ignore[arg-type]
+    assert not eligible(spec, {**EAGLE, "speculative-num-steps": 3})  # type: ignore[arg-type]
+    assert not eligible(spec, {"tp-size": 4})  # type: ignore[arg-type]
+    assert not eligible(_spec(tmp_path), {"cuda-graph-max-bs-decode": 64})  # type: ignore[arg-type]
+
+
+def test_the_daemon_serves_the_baselines_model_and_layout(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, weight_cache=True, model="/models/kimi")
+    real = daemon_command(spec)  # type: ignore[arg-type]
+    assert real.argv == (
+        "python",
+        "-m",
+        "sglang.srt.weight_cache.daemon",
+        "--model-path",
+        "/models/kimi",
+        "--tp-size",
+        "8",
+        "--trust-remote-code",
+    )
+    sim = daemon_command(spec, simulate=True)  # type: ignore[arg-type]
+    assert sim.argv[:3] == ("python", "-m", "spec_sweep.sim.weight_cache")
+
+
+def test_a_clients_fraction_gives_the_disk_boots_kv_pool() -> None:
+    # H200: 139.13 GB free before 74 GB of weights; the daemon holds 74.6 GB (weights + context)
+    f = client_fraction(0.85, pre_gib=139.13, weights_gib=74.0, held_gib=74.6)
+    assert f is not None
+    disk_pool = 0.85 * 139.13 - 74.0
+    assert f * (139.13 - 74.6) == pytest.approx(disk_pool, abs=0.01)
+    assert client_fraction(0.5, pre_gib=139.13, weights_gib=74.0, held_gib=74.6) is None  # OOM
+    assert client_fraction(0.99, pre_gib=100.0, weights_gib=10.0, held_gib=40.0) is None  # > 1
+
+
+def test_no_client_before_a_disk_boot_of_the_weights(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, weight_cache=True)
+    root = tmp_path / "trials"
+    config = {"cuda-graph-max-bs-decode": 64, "mem-fraction-static": 0.8}
+    assert plan_client(spec, config, root=root) is None  # type: ignore[arg-type]
+    folder = root / "t0000" / "attempt1"
+    folder.mkdir(parents=True)
+    # a client's own record does not count as a disk boot
+    client = {
+        "config": config,
+        "command": ["x", "--weight-cache-mode", "client"],
+        "metrics": {AVAIL_METRIC: 139.13, WEIGHTS_METRIC: 0.01},
+    }
+    (folder / "result.json").write_text(json.dumps(client))
+    assert plan_client(spec, config, root=root) is None  # type: ignore[arg-type]
