@@ -23,6 +23,7 @@ from spec_sweep.core.cost import cost_metrics
 from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.core.secrets import redact, secret_values
 from spec_sweep.node import gpu
+from spec_sweep.node.adaptive import adaptive_verdict, write_config
 from spec_sweep.node.classify import Classification, classify
 from spec_sweep.node.client import BenchResult, run_benchmark_sync
 from spec_sweep.node.command import build_command, launch_for
@@ -82,7 +83,10 @@ def run_trial(
         gpu.wait_for_free_gpus(timeout_s=min(600.0, spec.node.boot_timeout_s))
 
     port = choose_server_port(_HOST)
-    command = build_command(spec, config, port=port, host=_HOST, simulate=simulate)
+    adaptive_path = write_config(spec, config, trial_dir)  # SGLang opens a path
+    command = build_command(
+        spec, config, port=port, host=_HOST, simulate=simulate, adaptive_path=adaptive_path
+    )
     (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(
         command,
@@ -99,6 +103,7 @@ def run_trial(
                  trial_id=trial_id)  # fmt: skip
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
+    mode, reason = adaptive_verdict(spec, config, mode, reason, server.log_text())
     metrics = _metrics(spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE)
     return TrialResult(
         trial_id=trial_id,
