@@ -39,6 +39,7 @@ class SweepOutcome:
     report_error: str | None = None
     verdict: Verdict | None = None
     warnings: list[str] = field(default_factory=list)
+    adaptive_file: Path | None = None  # the adaptive config file the summary's command names
 
     @property
     def records(self) -> list[TrialRecord]:

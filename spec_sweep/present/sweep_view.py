@@ -4,7 +4,8 @@ This module owns `SweepView`: what a person is shown about a sweep, computed in 
 `core.history.History` and the confirmation `Verdict`: the measured search trials in the one
 ranking order (each with its objective value and the constraints it breaks), the best trial,
 the configuration to launch (the verdict's recommendation, else the best), failures by mode,
-the per-load answer and the cost. The terminal summary (`terminal`) and the HTML report
+the per-load answer, the adaptive configuration for every load (`core.adaptive_judge`) and the
+cost. The terminal summary (`terminal`) and the HTML report
 (`report`) render this view, and the MLflow trials view sorts on the metric
 `History.rank_metrics` logs, so all three agree on rank 1 by construction. It draws nothing.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from spec_sweep.core.adaptive_judge import AdaptiveAnswer, judge_adaptive
 from spec_sweep.core.config import Config
 from spec_sweep.core.history import History
 from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
@@ -58,9 +60,11 @@ class Pick:
     recommended: bool
 
 
-def launch_command(spec: SweepSpec, config: Config) -> str:
-    """The ready-to-paste launch command of a configuration, secrets redacted."""
-    return redact(build_command(spec, config).shell(), secret_values(spec))
+def launch_command(spec: SweepSpec, config: Config, *, adaptive_path: str | None = None) -> str:
+    """The ready-to-paste launch command of a configuration, secrets redacted (an adaptive
+    configuration names its config file: `adaptive_path`, else `adaptive-config.json`)."""
+    command = build_command(spec, config, adaptive_path=adaptive_path)
+    return redact(command.shell(), secret_values(spec))
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class SweepView:
     failures: dict[str, int]
     loads: LoadAnswer | None
     cost: SweepCost
+    adaptive: AdaptiveAnswer | None = None
 
     @classmethod
     def of(cls, history: History, verdict: Verdict | None = None) -> SweepView:
@@ -106,6 +111,7 @@ class SweepView:
             failures={k: v for k, v in counts.items() if k != "none"},
             loads=per_load_answer(history),
             cost=sweep_cost(history),
+            adaptive=judge_adaptive(history),
         )
 
     @property
@@ -122,9 +128,9 @@ class SweepView:
         """The first `count` of the ranking."""
         return self.ranked[:count]
 
-    def command(self, config: Config) -> str:
+    def command(self, config: Config, *, adaptive_path: str | None = None) -> str:
         """The launch command of a configuration of this sweep, secrets redacted."""
-        return launch_command(self.spec, config)
+        return launch_command(self.spec, config, adaptive_path=adaptive_path)
 
     def load_and_cost_lines(self) -> list[str]:
         """The summary's lines: the winner per level, the crossover, the cost against a grid."""
