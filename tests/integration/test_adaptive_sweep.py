@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import harness
@@ -152,3 +154,57 @@ def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
     assert (outcome.report.parent / "adaptive-config.json").read_text().strip() == build.text
     report_files = {a.path for a in client.list_artifacts(outcome.parent_run_id, "report")}
     assert "report/adaptive-config.json" in report_files
+
+
+def _trial(project_dir: Path, spec: Path, *sets: str) -> dict[str, object]:
+    """`spec-sweep trial SPEC --simulate --set ... --json`, as a user runs it."""
+    argv = [sys.executable, "-m", "spec_sweep", "trial", str(spec), "--simulate", "--json"]
+    for item in sets:
+        argv += ["--set", item]
+    done = subprocess.run(argv, cwd=project_dir, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_switch_and_a_given_config_through_spec_sweep_trial(project_dir: Path) -> None:
+    """During a search (or by hand) adaptive mode runs with a config from the spec's steps, or
+    the file given; what SGLang refuses or turns off is never measured as adaptive."""
+    node = {"sglang_version": "0.5.23", "sim_profile": "h200-nvlink-x8"}
+    switch = harness.write_spec(
+        project_dir / "sweeps", name="switch", node=node,
+        search_space={"include": ["speculative_adaptive.yaml"]},
+    )  # fmt: skip
+    result = _trial(
+        project_dir, switch, "speculative-algorithm=EAGLE3", "speculative-adaptive=true"
+    )
+    assert result["failure_mode"] == "none", result["reason"]
+    command = list(result["command"])  # type: ignore[call-overload]
+    path = Path(command[command.index("--speculative-adaptive-config") + 1])
+    assert path == Path(str(result["trial_dir"])).resolve() / "adaptive-config.json"
+    steps = [1, 2, 3, 4, 5, 6, 7]  # the space's steps, before any per-level result exists
+    assert json.loads(path.read_text()) == {"1": {"candidate_steps": steps}}
+    log = (path.parent / "server.log").read_text()
+    assert f"AdaptiveSpeculativeParams initialized: steps=3, candidate_steps={steps}" in log
+
+    plain = harness.write_spec(project_dir / "sweeps", name="given", node=node)
+    given = project_dir / "mine.json"
+    given.write_text('{"1": {"candidate_steps": [2, 3]}}')
+    base = ["speculative-algorithm=EAGLE3", "speculative-adaptive=true"]
+    result = _trial(project_dir, plain, *base, "speculative-num-steps=3",
+                    f"speculative-adaptive-config={given}")  # fmt: skip
+    assert result["failure_mode"] == "none", result["reason"]
+    written = Path(str(result["trial_dir"])).resolve() / "adaptive-config.json"
+    assert written.read_text().strip() == given.read_text()
+    # SGLang's own refusals: the initial steps are not a candidate (a ValueError while it
+    # builds its arguments), or top-k 2 turns adaptive mode off (then it is not measured).
+    result = _trial(project_dir, plain, *base, "speculative-num-steps=5",
+                    f"speculative-adaptive-config={given}")  # fmt: skip
+    assert result["failure_mode"] == "invalid_args"
+    assert "is not in the adaptive config candidate_steps" in str(result["reason"])
+    result = _trial(project_dir, plain, *base, "speculative-eagle-topk=2",
+                    "speculative-num-draft-tokens=4")  # fmt: skip
+    assert result["failure_mode"] == "invalid_args"
+    assert "SGLang turned adaptive speculative decoding off (speculative_eagle_topk=2" in str(
+        result["reason"]
+    )
