@@ -63,6 +63,7 @@ __all__ = [
     "LevelPlan",
     "adaptive_text",
     "build_adaptive",
+    "can_speculate",
     "chain_steps",
     "level_objective",
     "mix_score",
@@ -198,7 +199,23 @@ def _gap(level: Objective, value: float, best: float) -> float:
 
 
 def _measured(history: History) -> list[TrialRecord]:
-    return [r for r in history.done if r.failure_mode is FailureMode.NONE]
+    """The measured static search trials (adaptive ones searched with the switch left out)."""
+    server_args = history.spec.node.server_args
+    return [
+        r
+        for r in history.done
+        if r.failure_mode is FailureMode.NONE and not adaptive_on(r.config, server_args)
+    ]
+
+
+def can_speculate(spec: SweepSpec) -> bool:
+    """Whether the spec can run an EAGLE-family algorithm at all (else there is nothing to
+    adapt and the adaptive phase stays silent)."""
+    values: list[Any] = [spec.node.server_args.get("speculative-algorithm")]
+    param = spec.params.get("speculative-algorithm")
+    if param is not None and param.choices is not None:
+        values += list(param.choices)
+    return any(isinstance(v, str) and v.upper() in _EAGLE for v in values)
 
 
 def _kind(spec: SweepSpec, record: TrialRecord) -> str:

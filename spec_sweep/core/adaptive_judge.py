@@ -31,6 +31,7 @@ from spec_sweep.core.adaptive import (
     AdaptiveBuild,
     LevelPlan,
     build_adaptive,
+    can_speculate,
     chain_steps,
     level_objective,
     mix_score,
@@ -43,6 +44,7 @@ from spec_sweep.core.ids import is_repeat, repeat_id, repeat_number, repeated_of
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.core.verdict import t_quantile
+from spec_sweep.spec import SweepSpec
 
 __all__ = [
     "ORIGIN",
@@ -107,6 +109,11 @@ def _statics(history: History, build: AdaptiveBuild) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
+def _applies(spec: SweepSpec) -> bool:
+    """Whether a sweep has an adaptive phase: on, a concurrency list, EAGLE in reach."""
+    return spec.adaptive.enabled and spec.workload.multi_level and can_speculate(spec)
+
+
 def _is_adaptive(config: Mapping[str, object]) -> bool:
     return config.get(ADAPTIVE) is True
 
@@ -119,7 +126,7 @@ def plan_adaptive(history: History) -> list[Repeat]:
     `budget.confirm_repeats`; a boot that finished (measured or failed) is not planned again.
     """
     spec = history.spec
-    if not spec.adaptive.enabled or not spec.workload.multi_level:
+    if not _applies(spec):
         return []
     build = build_adaptive(history)
     if not build.ok:
@@ -269,7 +276,7 @@ def _verdict(diff: float, bound: float | None) -> str:
 def judge_adaptive(history: History) -> AdaptiveAnswer | None:
     """Judge the adaptive configuration's boots (None: the sweep has no adaptive phase)."""
     spec = history.spec
-    if not spec.adaptive.enabled or not spec.workload.multi_level:
+    if not _applies(spec):
         return None
     build = build_adaptive(history)
     if not build.ok:

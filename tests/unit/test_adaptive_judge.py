@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import make_spec, record
+from harness import DROP, make_spec, record
 from rich.console import Console, Group
 
 from spec_sweep.core import names
@@ -223,3 +223,37 @@ def test_the_summary_and_the_report_show_the_answer(tmp_path: Path) -> None:
     assert mix in text
     assert "recommended for every load: adaptive; launch it with:" in text
     assert 'adaptive-config.json: {"1": {"candidate_steps": [3]}' in text
+
+
+def test_adaptive_search_trials_are_not_static_configurations(tmp_path: Path) -> None:
+    """A trial the searcher ran with the switch on may measure best at a level; the adaptive
+    configuration is judged against static ones all the same."""
+    spec = _spec(tmp_path)
+    searched = _boot(
+        "t0005",
+        {**EAGLE, "speculative-num-steps": 3, "speculative-adaptive": True},
+        (60, 400, 1300),
+        5,
+    )
+    history = History(spec, [*_search(), searched])
+    assert [p.best_id for p in build_adaptive(history).levels] == ["t0003", "t0003", "t0002"]
+    assert {b.trial_id.split(".r")[0] for b in plan_adaptive(history)} == {
+        "adaptive",
+        "t0003",
+        "t0002",
+    }
+
+
+def test_a_sweep_that_cannot_speculate_has_no_adaptive_phase(tmp_path: Path) -> None:
+    spec = make_spec(
+        tmp_path,
+        search_space={"include": ["memory.yaml"]},
+        baseline=DROP,
+        workload={"concurrency": [1, 8]},
+        objective={"metric": "output_throughput_c1"},
+    )
+    records = [
+        record("t0000", {"cuda-graph-max-bs": 512}, 80, start=0, metric="output_throughput_c1")
+    ]
+    assert judge_adaptive(History(spec, records)) is None
+    assert plan_adaptive(History(spec, records)) == []
