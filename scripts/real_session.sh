@@ -22,8 +22,8 @@
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
-# short loses the least: draft-0.5.17 matrix-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13
-# sweep-0.5.13.
+# short loses the least: draft-0.5.17 matrix-0.5.17 adaptive-0.5.17 quality-all sweep-0.5.17
+# matrix-0.5.13 sweep-0.5.13.
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
 #                on the GPU from the target's own generations; it replaces the random-weight
 #                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
@@ -32,9 +32,13 @@
 #                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
 #   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
 #                EAGLE-3 start (spec-sweep trial --json, one at a time: the GPU guard)
+#   adaptive-V   tests/real/test_adaptive_real.py: plain and the 1/3/5-step chains of the trained
+#                head at 1, 8 and 32 concurrent requests, the adaptive config built from them booted
+#                and measured at the same levels (ADAPTIVE_SWEEP=1 adds the whole sweep with its
+#                adaptive phase); results/adaptive-summary.json
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
-# Results: /tmp/ss/out/<V>/{quality,matrix,sweep}, logs /tmp/ss/runs; `collect` packs them.
+# Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
 #
 # Other subcommands: parts | unpack | install V... | model | runner | status | collect [TAG] |
 # env V (the exports that select SGLang V) | job NAME (one job in the foreground).
@@ -44,7 +48,7 @@ REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 matrix-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13 sweep-0.5.13}"
+JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 matrix-0.5.17 adaptive-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13 sweep-0.5.13}"
 # 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
 PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
@@ -272,6 +276,10 @@ cmd_job() {
         mv "$MODEL-eagle3" "$MODEL-eagle3-dummy" && mv "$MODEL-eagle3-trained" "$MODEL-eagle3"
         log "draft: the trained head is now $MODEL-eagle3"
       fi ;;
+    adaptive)
+      SPEC_SWEEP_REAL_ADAPTIVE_SWEEP="${ADAPTIVE_SWEEP:-0}" \
+        "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
+      rc=$?; tail -40 "$out/pytest.log" ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
         "$PY" -m pytest -p no:cacheprovider -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1

@@ -272,6 +272,9 @@ def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, Scalar]:
         key = key.strip()
         if not sep or not key:
             raise SpecError(f"--set {item!r}: write KEY=VALUE, e.g. --set mem-fraction-static=0.85")
+        if key in _ADAPTIVE_KEYS and key not in spec.params:
+            values[key] = _adaptive_set(spec, key, text)
+            continue
         if key not in spec.params:
             raise SpecError(
                 f"--set {key}: not a parameter of the search space: use one of "
@@ -284,6 +287,35 @@ def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, Scalar]:
     return values
 
 
+_ADAPTIVE_KEYS = ("speculative-adaptive", "speculative-adaptive-config")
+
+
+def _adaptive_set(spec: SweepSpec, key: str, text: str) -> Scalar:
+    """`--set speculative-adaptive=true` and `--set speculative-adaptive-config=FILE.json` (a
+    file, as SGLang takes it; its contents become the configuration's), where the space does
+    not search them."""
+    from spec_sweep.core.adaptive_rules import adaptive_version, parse_config_text
+
+    if key == "speculative-adaptive":
+        value = parse_value(text)
+        if not isinstance(value, bool):
+            raise SpecError(f"--set {key}: {text!r}: write true or false")
+        return value
+    path = Path(text).expanduser()
+    try:
+        contents = path.read_text().strip()
+    except OSError as exc:
+        raise SpecError(f"--set {key}: {text!r}: give the adaptive config file ({exc})") from exc
+    rules = adaptive_version(spec.node.sglang_version)
+    if rules is None or not rules.per_batch_size:
+        raise SpecError(f"--set {key}: SGLang {spec.node.sglang_version} has no per-batch slots")
+    try:
+        parse_config_text(contents, rules)
+    except ValueError as exc:
+        raise SpecError(f"--set {key}: {path}: {exc}") from exc
+    return contents
+
+
 def _cmd_trial(args: argparse.Namespace) -> int:
     """Run one configuration through the backend and print the outcome.
 
@@ -294,10 +326,17 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     from spec_sweep.core.config import resolve_config
     from spec_sweep.store.paths import manual_trial_dir
 
+    # spec_sweep's own adaptive keys need not be parameters of the space (core.adaptive).
+    own = [k for k in _ADAPTIVE_KEYS if k in overrides and k not in spec.params]
+    derived = {k: overrides.pop(k) for k in own}
     try:
         config = resolve_config(spec, {**spec.baseline, **overrides}, what="--set values")
     except ValueError as exc:
         raise SpecError(f"--set: {exc}") from exc
+    if derived:
+        from spec_sweep.core.config import normalize_config
+
+        config = normalize_config(spec, {**config, **derived})
     backend = _backend(spec, args)
     trial_dir = manual_trial_dir(spec)
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name)

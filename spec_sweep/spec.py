@@ -24,6 +24,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,6 +32,7 @@ from pydantic import (
 from spec_sweep.spec_metrics import LEVEL_METRICS, metric_names
 
 __all__ = [
+    "AdaptiveSpec",
     "BudgetSpec",
     "GoodputSpec",
     "NodeSpec",
@@ -286,6 +288,12 @@ class WorkloadSpec(_Model):
     goodput: GoodputSpec | None = Field(
         None, description="Find the highest concurrency meeting `sla` (needs `sla`)."
     )
+    mix: dict[StrictInt, float] = Field(
+        default_factory=dict,
+        description="How much each concurrency level counts when one configuration serves "
+        "them all (the adaptive configuration's judgement): level -> weight, weights > 0, "
+        "normalised to sum 1; levels left out count 0. Default: equal weights.",
+    )
 
     @field_validator("sla")
     @classmethod
@@ -307,6 +315,27 @@ class WorkloadSpec(_Model):
                 "'goodput' needs 'sla' (e.g. sla: {itl_p99_ms: 50}) to know when a level holds"
             )
         return self
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_levels(cls, mix: dict[int, float], info: ValidationInfo) -> dict[int, float]:
+        levels = info.data.get("concurrency", ())
+        for level, weight in mix.items():
+            if level not in levels:
+                raise ValueError(
+                    f"level {level} is not in concurrency {list(levels)}: weigh only the "
+                    "levels that are measured"
+                )
+            if not math.isfinite(weight) or weight <= 0:
+                raise ValueError(f"the weight of level {level} is {weight}: use a number > 0")
+        return mix
+
+    @property
+    def mix_weights(self) -> dict[int, float]:
+        """Each measured level's weight in the mix, summing to 1 (equal without `mix`)."""
+        raw = self.mix or dict.fromkeys(self.concurrency, 1.0)
+        total = sum(raw.values())
+        return {level: raw.get(level, 0.0) / total for level in sorted(self.concurrency)}
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -471,6 +500,28 @@ class BudgetSpec(_Model):
         return 2 * self.confirm_repeats
 
 
+class AdaptiveSpec(_Model):
+    """`adaptive`: one configuration for every load (adaptive speculative decoding).
+
+    With a concurrency list, after the search, an adaptive configuration is built from the
+    per-level results, booted beside the best static configurations and judged per level and
+    on `workload.mix` (README, "One configuration for every load").
+    """
+
+    enabled: bool = Field(
+        True,
+        description="Build, boot and judge the adaptive configuration after the search (needs "
+        "a concurrency list and speculative-num-steps in the search space).",
+    )
+    close: float = Field(
+        0.02,
+        ge=0.0,
+        lt=1.0,
+        description="A chain within this share of a level's best joins that level's candidate "
+        "steps (0: the winner alone).",
+    )
+
+
 class SearcherSpec(_Model):
     """`searcher`: which Optuna sampler proposes configurations."""
 
@@ -500,6 +551,11 @@ class SweepSpec(_Model):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     quality: QualitySpec | None = Field(
         None, description="Output-quality gate; off when absent (README, 'Output quality')."
+    )
+    adaptive: AdaptiveSpec = Field(
+        default_factory=AdaptiveSpec,
+        description="The adaptive configuration for every load (README, 'One configuration "
+        "for every load').",
     )
     source: str = Field("", description="Set by load_spec: the YAML file it came from.")
 

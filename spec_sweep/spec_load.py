@@ -20,6 +20,7 @@ from pydantic import (
     ValidationError,
 )
 
+from spec_sweep.core.adaptive import spec_problems
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.versions import weight_cache_problem
 from spec_sweep.errors import SpecError
@@ -292,6 +293,8 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
     for key, param in params.items():
         _check_param(fail, manifest, params, key, param)
     _check_cycles(fail, params)
+    for field, message in spec_problems(spec):  # adaptive speculative decoding
+        fail(field, message)
     _check_baseline(fail, spec)
     _check_objective(fail, spec)
     if spec.searcher.kind == "grid":

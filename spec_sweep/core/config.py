@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from spec_sweep.core.adaptive_rules import ADAPTIVE, ADAPTIVE_CONFIG
 from spec_sweep.spec import ParamSpec, Scalar, SweepSpec, same_scalar
 
 __all__ = [
@@ -153,7 +154,12 @@ def resolve_config(
 
 
 def normalize_config(spec: SweepSpec, config: Mapping[str, Any]) -> Config:
-    """Keep only the parameters that are active in `config`, in dependency order."""
+    """Keep only the parameters that are active in `config`, in dependency order.
+
+    Adaptive speculative decoding's keys are kept even where they are not parameters of the
+    space: spec_sweep sets them itself on the configuration it builds after the search
+    (`core.adaptive`): `speculative-adaptive` when on, and its config's text with it.
+    """
     out: Config = {}
     params = spec.params
     for key in ordered_keys(params):
@@ -162,6 +168,11 @@ def normalize_config(spec: SweepSpec, config: Mapping[str, Any]) -> Config:
             if isinstance(value, float) and params[key].kind == "float":
                 value = float(f"{value:.10g}")  # 0.9099999999999999 -> 0.91
             out[key] = value
+    if config.get(ADAPTIVE) is True and ADAPTIVE not in params:
+        out[ADAPTIVE] = True
+    text = config.get(ADAPTIVE_CONFIG)
+    if out.get(ADAPTIVE) is True and isinstance(text, str) and text:
+        out[ADAPTIVE_CONFIG] = text
     return out
 
 

@@ -59,12 +59,23 @@ TAG_VERDICT_REASON = "spec_sweep.confirm_reason"
 TAG_WINNER = "spec_sweep.winner"
 TAG_RECOMMENDED = "spec_sweep.recommended"
 TAG_DRIFT = "spec_sweep.drift"
+# The parent run's adaptive judgement (README, "One configuration for every load").
+TAG_ADAPTIVE = "spec_sweep.adaptive"
+TAG_ADAPTIVE_REASON = "spec_sweep.adaptive_reason"
+TAG_ADAPTIVE_CONFIG = "spec_sweep.adaptive_config"
+#: The configuration recommended for every load (the adaptive one or a static trial id).
+TAG_OVERALL = "spec_sweep.recommended_every_load"
 
 # -- metrics spec_sweep derives ----------------------------------------------------------------
 #: Speed-up over the baseline on the objective (> 1 is better in both directions).
 SPEEDUP_METRIC = "speedup_vs_baseline"
 #: Dollars per million output tokens at `node.cost_per_hour`.
 COST_METRIC = "usd_per_million_tokens"
+#: The adaptive judgement's parent-run metrics: its score over the mix, the best static
+#: configuration's, and (suffixed `_c<N>`) its relative difference from the best static one.
+ADAPTIVE_MIX = "adaptive_mix_score"
+ADAPTIVE_MIX_STATIC = "adaptive_mix_score_best_static"
+ADAPTIVE_DIFF = "adaptive_vs_best_static"
 #: Suffixes of a level throughput's 95% within-boot interval.
 CI_LOW = "_ci_low"
 CI_HIGH = "_ci_high"

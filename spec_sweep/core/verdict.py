@@ -234,6 +234,8 @@ def verdict(history: History) -> Verdict | None:
     if candidates:
         _decide(out, candidates, t=t, rel_sd=rel_sd)
     out.drift = _drift(history, rel_sd=rel_sd, df=df)
+    if not candidates and out.drift is None:
+        return None  # e.g. only the adaptive phase's boots (core.adaptive_judge): nothing to judge
     if out.drift is not None and out.drift.beyond_noise:
         out.warnings.append(
             f"the node changed under the sweep: the baseline measured {out.drift.worst:+.1%} "

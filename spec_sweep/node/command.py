@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spec_sweep.core.adaptive import adaptive_text
+from spec_sweep.core.adaptive_rules import ADAPTIVE_CONFIG, CONFIG_FILE
 from spec_sweep.core.config import render_value
 from spec_sweep.spec import Backend, SweepSpec
 
@@ -86,6 +88,7 @@ def build_command(
     port: int | None = None,
     host: str = "127.0.0.1",
     simulate: bool = False,
+    adaptive_path: str | None = None,
 ) -> ServerCommand:
     """The server command of one trial (docs/design.md, "Server launch").
 
@@ -96,6 +99,8 @@ def build_command(
             uses SGLang's defaults).
         host: Address to bind.
         simulate: Launch the simulated node instead of the spec's backend (`launch_for`).
+        adaptive_path: Where the trial's adaptive config file is written (SGLang takes a path,
+            never the JSON itself); default `adaptive-config.json`, for a pasteable command.
 
     Returns:
         argv (launch prefix first) and the environment the trial adds.
@@ -117,7 +122,10 @@ def build_command(
     if node.draft_model and algorithm and str(algorithm).upper() not in _NO_DRAFT_MODEL:
         argv += ["--speculative-draft-model-path", node.draft_model]
     for key, value in flags.items():
-        argv += _flag_tokens(key, value)
+        if key != ADAPTIVE_CONFIG:
+            argv += _flag_tokens(key, value)
+    if adaptive_text(spec, config) is not None:
+        argv += [f"--{ADAPTIVE_CONFIG}", adaptive_path or CONFIG_FILE]
     for key, value in config.items():
         if key.startswith("env.") and value is not None and value is not False:
             env[key[4:]] = render_value(value)
@@ -139,7 +147,8 @@ def node_fingerprint(spec: SweepSpec, *, hardware: str, simulate: bool) -> str:
         "launch": list(launch_for(spec, simulate=simulate).prefix),
         "server_args": node.server_args,
         "env": {k: render_value(v) for k, v in node.env.items()},
-        "workload": spec.workload.model_dump(mode="json"),
+        # The mix weighs levels in the judgement; it changes no measurement.
+        "workload": spec.workload.model_dump(mode="json", exclude={"mix"}),
     }
     text = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]

@@ -32,6 +32,7 @@ from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.core.secrets import redact, secret_values
 from spec_sweep.core.versions import STARTUP_TIME_SINCE, at_least
 from spec_sweep.node import gpu
+from spec_sweep.node.adaptive import adaptive_verdict, write_config
 from spec_sweep.node.boot_phases import parse_boot
 from spec_sweep.node.classify import Classification, classify
 from spec_sweep.node.client import BenchResult, run_benchmark_sync
@@ -109,7 +110,10 @@ def run_trial(
         )
     port = choose_server_port(_HOST)
     launched = {**config, **client.overrides} if client is not None else config
-    command = build_command(spec, launched, port=port, host=_HOST, simulate=simulate)
+    adaptive_path = write_config(spec, config, trial_dir)  # SGLang opens a path
+    command = build_command(
+        spec, launched, port=port, host=_HOST, simulate=simulate, adaptive_path=adaptive_path
+    )
     extra_env = {**compile_env(spec), **(extra_env or {})}
     (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
     server = launch_server(
@@ -128,6 +132,7 @@ def run_trial(
     )
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
+    mode, reason = adaptive_verdict(spec, config, mode, reason, server.log_text())
     metrics = _metrics(
         spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE, log=server.log_text()
     )

@@ -11,6 +11,9 @@ decision is a question to that history:
 - search: batches of the searcher's proposals through Ray Tune (`tune.fit`), until the budget
   is spent or the space exhausted, with the baseline booted again every
   `budget.remeasure_every` trials;
+- adapt: with a concurrency list, the adaptive configuration built from the search's per-level
+  results and the best static configurations, booted as `core.adaptive_judge.plan_adaptive`
+  asks (`orchestrate.adaptive_phase`), before the confirmation so those boots count for both;
 - confirm: the boots `core.confirm.plan` asks for, batch after batch, until it asks for none;
 - finish: servers left behind are stopped and unfinished runs closed, speed-ups (and the
   ranking metric) missing from trials that ran before the baseline was measured are filled in,
@@ -34,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spec_sweep.core.adaptive_judge import plan_adaptive
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.confirm import Repeat, plan, remeasure_due
 from spec_sweep.core.history import History, Rerun
@@ -53,6 +57,11 @@ from spec_sweep.core.verdict import Verdict, confirm_metrics, verdict, workload_
 from spec_sweep.node.backends import TrialBackend
 from spec_sweep.node.server import kill_recorded_servers
 from spec_sweep.node.weight_cache import stop_daemons
+from spec_sweep.orchestrate.adaptive_phase import (
+    adaptive_final_metrics,
+    finish_adaptive,
+    run_adaptive_phase,
+)
 from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
 from spec_sweep.orchestrate.trainable import TrialContext
 from spec_sweep.orchestrate.tune import Batch, ConfirmQueue, EnvironmentStop, Interrupt, fit
@@ -136,6 +145,7 @@ class SweepRun:
         )
         try:
             self.search(outcome)
+            run_adaptive_phase(self, outcome)
             self.confirm(outcome)
         except BaseException:
             # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
@@ -261,13 +271,14 @@ class SweepRun:
         outcome.out_of_time = (
             _past(self._deadline)
             and not outcome.interrupted
-            and (not complete or bool(plan(history)))
+            and (not complete or bool(plan(history)) or bool(plan_adaptive(history)))
         )
         complete = complete and not outcome.out_of_time
         outcome.verdict = verdict(history)
         outcome.warnings = [w for w in [workload_warning(history)] if w]
         if outcome.verdict is not None:
             outcome.warnings += outcome.verdict.warnings
+        outcome.adaptive_file = finish_adaptive(self, outcome)
         if self.options.report and done:
             self._publish_report(outcome)
         if complete:
@@ -275,6 +286,7 @@ class SweepRun:
             if outcome.verdict is not None:
                 final |= confirm_metrics(outcome.verdict)
                 tracker.set_tags(self.parent_run_id, _verdict_tags(outcome.verdict))
+            final |= adaptive_final_metrics(self, outcome)
             tracker.finish_sweep(self.parent_run_id, metrics=final)
             self.state.mark_complete()
         else:

@@ -40,6 +40,7 @@ class SweepOutcome:
     verdict: Verdict | None = None
     warnings: list[str] = field(default_factory=list)
     converged: str | None = None  # why the search stopped before its budget (until: converged)
+    adaptive_file: Path | None = None  # the adaptive config file the summary's command names
 
     @property
     def records(self) -> list[TrialRecord]:

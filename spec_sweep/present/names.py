@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from spec_sweep.core.adaptive_rules import ADAPTIVE_CONFIG, describe_slots
 from spec_sweep.core.config import same_value
 from spec_sweep.core.names import CI_HIGH, CI_LOW
 
@@ -23,6 +24,9 @@ def config_summary(config: Mapping[str, Any], *, width: int = 60) -> str:
     parts = []
     for key, value in config.items():
         if value is None or value is False:
+            continue
+        if key == ADAPTIVE_CONFIG:  # the config file's contents, read as its slots
+            parts.append(describe_slots(str(value)).replace(" ", "/"))
             continue
         name = key.removeprefix("speculative-").removeprefix("env.")
         parts.append(name if value is True else f"{name}={value}")
@@ -49,6 +53,7 @@ _SHORT = {
     "speculative-num-steps": "s",
     "speculative-eagle-topk": "k",
     "speculative-num-draft-tokens": "d",
+    "speculative-adaptive": "adaptive",
     "cuda-graph-max-bs": "cgbs=",
     "cuda-graph-max-bs-decode": "cgbs=",
     "cuda-graph-max-bs-prefill": "cgbs-prefill=",
@@ -88,6 +93,8 @@ def _default_bool(key: str) -> bool | None:
 
 
 def _short_item(key: str, value: Any) -> str:
+    if key == ADAPTIVE_CONFIG:
+        return describe_slots(str(value)).replace(" ", "/")
     short = _short_key(key)
     if value is None:
         return _NULL_SHORT.get(key, f"{short.rstrip('=')}=default")

@@ -4,7 +4,8 @@ This module owns `SweepView`: what a person is shown about a sweep, computed in 
 `core.history.History` and the confirmation `Verdict`: the measured search trials in the one
 ranking order (each with its objective value and the constraints it breaks), the best trial,
 the configuration to launch (the verdict's recommendation, else the best), failures by mode,
-the per-load answer and the cost. The terminal summary (`terminal`) and the HTML report
+the per-load answer, the adaptive configuration for every load (`core.adaptive_judge`) and the
+cost. The terminal summary (`terminal`) and the HTML report
 (`report`) render this view, and the MLflow trials view sorts on the metric
 `History.rank_metrics` logs, so all three agree on rank 1 by construction. It draws nothing.
 """
@@ -14,10 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from spec_sweep.core.adaptive_judge import AdaptiveAnswer, judge_adaptive
 from spec_sweep.core.config import Config
 from spec_sweep.core.history import History
-from spec_sweep.core.ids import BASELINE_ID
 from spec_sweep.core.hours import NodeHours, node_hours
+from spec_sweep.core.ids import BASELINE_ID
 from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
@@ -61,9 +63,11 @@ class Pick:
     recommended: bool
 
 
-def launch_command(spec: SweepSpec, config: Config) -> str:
-    """The ready-to-paste launch command of a configuration, secrets redacted."""
-    return redact(build_command(spec, config).shell(), secret_values(spec))
+def launch_command(spec: SweepSpec, config: Config, *, adaptive_path: str | None = None) -> str:
+    """The ready-to-paste launch command of a configuration, secrets redacted (an adaptive
+    configuration names its config file: `adaptive_path`, else `adaptive-config.json`)."""
+    command = build_command(spec, config, adaptive_path=adaptive_path)
+    return redact(command.shell(), secret_values(spec))
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class SweepView:
     loads: LoadAnswer | None
     cost: SweepCost
     hours: NodeHours | None = None
+    adaptive: AdaptiveAnswer | None = None
 
     @classmethod
     def of(cls, history: History, verdict: Verdict | None = None) -> SweepView:
@@ -111,6 +116,7 @@ class SweepView:
             loads=per_load_answer(history),
             cost=sweep_cost(history),
             hours=node_hours(history),
+            adaptive=judge_adaptive(history),
         )
 
     @property
@@ -127,9 +133,9 @@ class SweepView:
         """The first `count` of the ranking."""
         return self.ranked[:count]
 
-    def command(self, config: Config) -> str:
+    def command(self, config: Config, *, adaptive_path: str | None = None) -> str:
         """The launch command of a configuration of this sweep, secrets redacted."""
-        return launch_command(self.spec, config)
+        return launch_command(self.spec, config, adaptive_path=adaptive_path)
 
     def load_and_cost_lines(self) -> list[str]:
         """The summary's lines: the winner per level, the crossover, the cost against a grid."""

@@ -3,9 +3,9 @@
 This module renders a `sweep_view.SweepView` as the end-of-run summary: the ranked top
 configurations (with the constraints each breaks, when the objective has constraints), failures
 by mode, the winner per concurrency level and the cost, the quality gate's verdicts, the
-confirmation table with its verdict and drift, the configuration to launch as a ready-to-paste
-command, where to look in MLflow and the report, and why the run stopped when it did not finish.
-The live table is `live`.
+confirmation table with its verdict and drift, one configuration for every load
+(`adaptive_view`), the configuration to launch as a ready-to-paste command, where to look in
+MLflow and the report, and why the run stopped when it did not finish. The live table is `live`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.text import Text
 
 from spec_sweep.core.names import SPEEDUP_METRIC
 from spec_sweep.core.verdict import Verdict
+from spec_sweep.present.adaptive_view import adaptive_lines
 from spec_sweep.present.names import config_summary, shown_value
 from spec_sweep.present.sweep_view import SweepView
 from spec_sweep.spec import SweepSpec
@@ -73,6 +74,8 @@ def print_summary(console: Console, outcome: SweepSummary) -> None:
     parts += [Text(line) for line in view.hours_lines()]
     if view.verdict is not None:
         parts += _verdict_lines(spec, view.verdict)
+    adaptive_file = getattr(outcome, "adaptive_file", None)
+    parts += adaptive_lines(view, config_path=str(adaptive_file) if adaptive_file else None)
     parts += _pick_lines(view)
     ui = f"spec-sweep ui {spec.source}" if spec.source else "spec-sweep ui"
     parts.append(

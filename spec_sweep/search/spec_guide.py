@@ -53,6 +53,7 @@ _GIVE_UP = 8
 #: Preference for the best trial's own system knobs over a one-knob change of them.
 _NEIGHBOUR_DISCOUNT = 0.97
 _MEM = "mem-fraction-static"
+_ADAPTIVE = "speculative-adaptive"
 
 
 def _int(value: Any) -> int:
@@ -218,6 +219,11 @@ class SpecGuide:
     def _speculative(self, config: Mapping[str, Scalar]) -> bool:
         return config.get(ALGORITHM) is not None
 
+    def _static_tree(self, config: Mapping[str, Scalar]) -> bool:
+        """A speculative trial that ran one tree (not SGLang's adaptive mode, which picks its
+        steps at run time and has no top-k of its own: search_spaces/speculative_adaptive.yaml)."""
+        return self._speculative(config) and config.get(_ADAPTIVE) is not True
+
     def _best(self, *, speculative: bool | None = None) -> _Trial | None:
         ok = [
             t
@@ -371,7 +377,7 @@ class SpecGuide:
 
     def _model(self, anchor: Mapping[str, Scalar]) -> SpecModel:
         """The model fitted on the measured trees, those on the anchor's system knobs first."""
-        measured = [t for t in self.trials if t.ok and self._speculative(t.config)]
+        measured = [t for t in self.trials if t.ok and self._static_tree(t.config)]
         same = [t for t in measured if self._system(t.config) == self._system(anchor)]
         use = same if len(same) >= 2 else measured
         return SpecModel(
@@ -432,7 +438,7 @@ class SpecGuide:
         measured = {
             (_int(t.config[STEPS]), _int(t.config[TOPK]), self._draft(t.config))
             for t in self.trials
-            if t.ok and self._speculative(t.config)
+            if t.ok and self._static_tree(t.config)
         }
         scored: list[tuple[float, float, Config]] = []
         for system, weight in systems:
@@ -460,6 +466,8 @@ class SpecGuide:
         values = {key: v for key, v in system.items() if key not in (STEPS, TOPK, DRAFT_TOKENS)}
         values[ALGORITHM] = self._algorithm
         values[STEPS], values[TOPK] = s, k
+        if _ADAPTIVE in self.spec.params:
+            values[_ADAPTIVE] = False  # a tree is a static configuration
         if DRAFT_TOKENS in self.spec.params:
             values[DRAFT_TOKENS] = d
         try:

@@ -31,6 +31,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from spec_sweep.core import names
+from spec_sweep.core.adaptive_rules import CONFIG_FILE
 from spec_sweep.core.config import config_hash, config_key
 from spec_sweep.core.outcome import REUSABLE_MODES, FailureMode, TrialResult
 from spec_sweep.core.record import (
@@ -375,10 +376,12 @@ class Tracker:
             run_id: The attempt's run.
             result: How the trial ended (with the server log it names).
             command: The server command line it ran, as one shell line.
-            folder: The trial's folder (its `bench.json`, `goodput.json`, `quality.json`).
+            folder: The trial's folder (its `bench.json`, `goodput.json`, `quality.json`, and
+                the `adaptive-config.json` an adaptive trial launched with).
             metrics: What to log as its metrics (default the result's own).
         """
-        files = [folder / name for name in ("goodput.json", "quality.json")] if folder else []
+        kept = ("goodput.json", "quality.json", CONFIG_FILE)
+        files = [folder / name for name in kept] if folder else []
         bench = folder / "bench.json" if folder is not None else None
         return self.finish_trial(
             run_id,

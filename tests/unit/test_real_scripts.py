@@ -180,3 +180,17 @@ def test_rendered_specs_pass_the_manifest_of_their_version(
         assert ("cuda-graph-backend-prefill" in args) == (version == "0.5.17")
     else:
         assert args["load-format"] == "dummy"
+
+
+@pytest.mark.parametrize("version", ["0.5.13", "0.5.17"])
+def test_the_real_adaptive_spec_renders_for_its_versions(version: str, tmp_path: Path) -> None:
+    """tests/real/adaptive.yaml: three levels with a mix, top-k 1 fixed, graphs up to 32."""
+    out = harness.render_spec(
+        ROOT / "tests/real/adaptive.yaml", tmp_path / "spec.yaml", version=version, kind="smollm2"
+    )
+    spec = load_spec(out)
+    assert spec.workload.concurrency == (1, 8, 32)
+    assert spec.workload.mix_weights == {1: 0.2, 8: 0.5, 32: 0.3}
+    key = "cuda-graph-max-bs-decode" if version == "0.5.17" else "cuda-graph-max-bs"
+    assert spec.node.server_args[key] == 32
+    assert spec.node.server_args["speculative-eagle-topk"] == 1

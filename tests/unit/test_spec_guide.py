@@ -136,3 +136,31 @@ def test_a_resumed_searcher_keeps_its_guide(
     more = drive(land, 12, history=history)
     effective = [config_key(check_tree(c).config) for c, _, _ in run40[:20] + more]
     assert len(set(effective)) == len(effective)
+
+
+def test_adaptive_trials_are_not_trees_to_the_guide(tmp_path: Path) -> None:
+    """With search_spaces/speculative_adaptive.yaml a measured trial may run SGLang's adaptive
+    mode (no top-k of its own): the guide models trees on the static ones and keeps proposing."""
+    from harness import make_spec, record
+
+    spec = make_spec(
+        tmp_path,
+        node={"sglang_version": "0.5.23", "sim_profile": "h200-nvlink-x8"},
+        search_space={"include": ["speculative_adaptive.yaml"]},
+        budget={"trials": 12},
+    )
+    eagle = {ALGO: "EAGLE3", "speculative-adaptive": False, "speculative-num-steps": 3,
+             "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4}  # fmt: skip
+    history = [
+        record("t0000", {ALGO: None}, 30.0, start=0),
+        record("t0001", eagle, 50.0, start=1, accept_length=2.1),
+        record(
+            "t0002",
+            {ALGO: "EAGLE3", "speculative-adaptive": True, "speculative-num-steps": 4},
+            52.0,
+            start=2,
+        ),
+    ]
+    searcher = SweepSearcher(spec, history=history, requeue=[], next_index=3)
+    proposed = [searcher.suggest(f"k{i}") for i in range(6)]
+    assert all(p is not None for p in proposed)

@@ -16,6 +16,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from spec_sweep.core.adaptive_rules import CONFIG_FILE
 from spec_sweep.core.history import History
 from spec_sweep.core.verdict import Verdict, verdict, workload_warning
 from spec_sweep.present.report.analysis import (
@@ -55,6 +56,7 @@ class ReportResult:
         best_trial_id: The best trial that met the constraints (None: none did).
         diagnosis: The speculative-decoding diagnosis of every measured speculative trial.
         csv: The replay table of every trial (docs/design.md, "Replay table").
+        adaptive_config: The adaptive configuration's config file, when one was built.
     """
 
     html: Path
@@ -62,6 +64,7 @@ class ReportResult:
     best_trial_id: str | None
     diagnosis: tuple[SpecDiagnosis, ...]
     csv: Path | None = None
+    adaptive_config: Path | None = None
 
 
 def build_report(
@@ -129,12 +132,18 @@ def build_report(
     )
     csv_path = out_dir / CSV_NAME
     write_csv(csv_path, export_columns(spec), export_rows(spec, history.done))
+    adaptive = a.view.adaptive
+    config_path = out_dir / CONFIG_FILE
+    config_path.unlink(missing_ok=True)
+    if adaptive is not None and adaptive.build.text is not None:
+        config_path.write_text(adaptive.build.text + "\n")  # the file the report's command names
     return ReportResult(
         html=html_path,
         figures=tuple(out_dir / name for name in figures),
         best_trial_id=a.best.trial_id if a.best is not None else None,
         diagnosis=tuple(a.diagnosis),
         csv=csv_path,
+        adaptive_config=config_path if config_path.is_file() else None,
     )
 
 
@@ -156,7 +165,8 @@ def publish_report(
         history = History(spec, tracker.trials(parent_run_id))
     result = build_report(history, out_dir=out_dir, parent_run_id=parent_run_id, judged=judged)
     with tempfile.TemporaryDirectory(prefix="spec-sweep-report-") as tmp:
-        for path in (result.html, *result.figures, *([result.csv] if result.csv else [])):
+        extra = [p for p in (result.csv, result.adaptive_config) if p is not None]
+        for path in (result.html, *result.figures, *extra):
             shutil.copy2(path, Path(tmp) / path.name)
         tracker.log_artifacts(parent_run_id, Path(tmp), "report")
     return result

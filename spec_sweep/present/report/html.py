@@ -19,6 +19,7 @@ from typing import Any
 import jinja2
 
 from spec_sweep.core.outcome import FailureMode
+from spec_sweep.present.adaptive_view import adaptive_section
 from spec_sweep.present.names import config_summary
 from spec_sweep.present.report.analysis import (
     CSV_NAME,
@@ -116,6 +117,7 @@ def render_html(
         confirmation=confirmation,
         source=Path(spec.source).name or "SWEEP.yaml",
         loads=a.view.loads,
+        adaptive=adaptive_section(a.view),
         cost=a.view.cost,
         quality=a.view.quality_lines(),
         hours=_hours(a),

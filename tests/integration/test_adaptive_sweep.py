@@ -1,0 +1,210 @@
+"""One configuration for every load, through a whole simulated sweep: real Ray, MLflow, the
+simulated H200 node as SGLang 0.5.17.
+
+The space offers a short and a long EAGLE-3 chain (1 and 5 draft steps; the 1-step chain is the
+baseline), so the node has a crossover
+wide enough for a small, fast workload to see it: the 5-step chain wins at concurrency 1 (53 tok/s
+against 45 in the profile's model) and the 1-step chain at 32 (1,132 against 966). After the
+search the adaptive configuration is built from those results, written to a file per trial,
+booted twice beside the best static configurations through the same Ray Tune trial path, and
+judged at each level and over `workload.mix`; the summary and the report show it with the
+launch command and the config file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import harness
+import pytest
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+from spec_sweep.core import names
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.backends import SimBackend
+from spec_sweep.orchestrate.driver import sweep
+from spec_sweep.present.terminal import print_summary
+
+# About 8 trials of 10-20 s each: the simulated node paces tokens in real time, and level 1's
+# 32 requests of 16 tokens take ~10 s at 50 tok/s.
+pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
+    project_dir: Path,
+) -> None:
+    spec = harness.make_spec(
+        project_dir / "sweeps",
+        name="adaptive",
+        node={
+            "model": "deepseek-ai/DeepSeek-V3",
+            "draft_model": "lmsys/DeepSeek-V3-0324-NextN",
+            "sglang_version": "0.5.17",
+            "sim_profile": "h200-nvlink-x8",
+            "server_args": {"tp-size": 8, "speculative-algorithm": "EAGLE3"},
+        },
+        search_space={
+            "include": [],
+            "params": {"speculative-num-steps": {"choices": [1, 5], "default": 1}},
+        },
+        baseline=harness.DROP,
+        workload={
+            "output_len": 16,
+            "num_prompts": 32,
+            "concurrency": [1, 8, 32],
+            "mix": {1: 0.2, 8: 0.5, 32: 0.3},
+        },
+        objective={"metric": "output_throughput_c1"},
+        budget={"trials": 2, "confirm": 0, "confirm_repeats": 2, "remeasure_baseline": False},
+    )
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'adaptive.db'}"
+    outcome = sweep(
+        spec,
+        backend=SimBackend(spec, grace_s=2.0),
+        state_dir=project_dir / ".spec_sweep",
+        tracking_uri=uri,
+    )
+    assert sorted(r.trial_id for r in outcome.records) == ["t0000", "t0001"]
+    answer = outcome.view.adaptive
+    assert answer is not None
+    build = answer.build
+    assert build.ok, (build.reason, [(r.trial_id, r.metrics) for r in outcome.records])
+    slots = json.loads(build.text or "")
+    # Built from the search: the long chain at 1, the short one at 32.
+    assert slots["1"] == {"candidate_steps": [5]}
+    assert slots["32"] == {"candidate_steps": [1]}
+    assert build.config is not None
+    assert build.config["speculative-adaptive"] is True
+
+    # Booted twice, interleaved with the best static configurations, as confirmation boots.
+    finished = outcome.history.finished
+    boots = [tid for tid in finished if tid.startswith("adaptive.r")]
+    assert sorted(boots) == ["adaptive.r1", "adaptive.r2"]
+    for tid in boots:
+        assert finished[tid].failure_mode is FailureMode.NONE, finished[tid].reason
+        assert finished[tid].config == build.config
+    statics = {tid.split(".r")[0] for tid in finished if ".r" in tid and tid not in boots}
+    assert statics == {j.best_id for j in answer.levels} | {r.trial_id for r in answer.mix[1:]}
+
+    # The trial wrote the file SGLang opens, launched its path, and the node ran adaptive mode.
+    client = MlflowClient(uri)
+    run_id = finished["adaptive.r1"].run_id
+    assert finished["adaptive.r1"].tags[names.TAG_CONFIRMS] == "adaptive"
+    folder = Path(client.download_artifacts(run_id, "", str(project_dir / "artifacts")))
+    assert (folder / "adaptive-config.json").read_text().strip() == build.text
+    command = (folder / "command.txt").read_text()
+    assert "--speculative-adaptive --speculative-adaptive-config /" in command
+    assert command.rstrip().split(" ")[-1].endswith("adaptive.r1/attempt1/adaptive-config.json")
+    log = (folder / "server.log").read_text()
+    assert "AdaptiveSpeculativeParams initialized: steps=" in log
+    assert "Switch adaptive runtime state: steps" in log
+    assert "speculative_adaptive disabled" not in log
+
+    # Judged at every level and over the mix: it takes both ends of the crossover, beating the
+    # short chain at 1 and the long one at 32 by more than the noise of two boots each.
+    assert [j.concurrency for j in answer.levels] == [1, 8, 32]
+    assert answer.judged
+    level = {j.concurrency: j for j in answer.levels}
+
+    def pooled(trial_id: str, metric: str) -> float:
+        return sum(finished[f"{trial_id}.r{k}"].metrics[metric] for k in (1, 2)) / 2
+
+    assert statics == {"t0000", "t0001"}  # the 1-step and the 5-step chain
+    assert (level[1].adaptive_mean or 0) > 1.05 * pooled("t0000", "output_throughput_c1")
+    assert (level[32].adaptive_mean or 0) > 1.05 * pooled("t0001", "output_throughput_c32")
+    assert answer.mix[0].trial_id == "adaptive"
+    # The acceptance: within noise of the best static configuration at every level and above
+    # each static one over the mix, or the answer says which level loses and why.
+    for level in answer.levels:
+        if level.verdict == "worse":
+            assert f"it loses at c{level.concurrency}" in answer.reason
+            assert level.why
+    if answer.passes:
+        assert answer.recommended == "adaptive"
+    else:
+        assert answer.recommended != "adaptive"
+        assert "over the mix" in answer.reason
+    print(answer.reason)  # the figures, for the README's record of a run
+
+    # The record, the state folder, the summary and the report.
+    parent = client.get_run(outcome.parent_run_id)
+    assert parent.data.tags[names.TAG_ADAPTIVE] == answer.label
+    assert parent.data.tags[names.TAG_ADAPTIVE_CONFIG] == build.text
+    assert parent.data.tags[names.TAG_OVERALL] == answer.recommended
+    assert parent.data.metrics[names.ADAPTIVE_MIX] == pytest.approx(answer.mix[0].mean)
+    state_file = project_dir / ".spec_sweep" / "adaptive" / "adaptive-config.json"
+    assert outcome.adaptive_file == state_file
+    assert state_file.read_text().strip() == build.text
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=400, color_system=None), outcome)
+    text = buffer.getvalue()
+    assert "one configuration for every load (adaptive speculative decoding, SGLang 0.5.17" in text
+    assert f"recommended for every load: {answer.recommended}; launch it with:" in text
+    if answer.passes:
+        assert f"--speculative-adaptive-config {state_file}" in text
+        assert f"{state_file}: {build.text}" in text
+    assert outcome.report is not None
+    html = outcome.report.read_text()
+    assert "One configuration for every load" in html
+    assert (outcome.report.parent / "adaptive-config.json").read_text().strip() == build.text
+    report_files = {a.path for a in client.list_artifacts(outcome.parent_run_id, "report")}
+    assert "report/adaptive-config.json" in report_files
+
+
+def _trial(project_dir: Path, spec: Path, *sets: str) -> dict[str, object]:
+    """`spec-sweep trial SPEC --simulate --set ... --json`, as a user runs it."""
+    argv = [sys.executable, "-m", "spec_sweep", "trial", str(spec), "--simulate", "--json"]
+    for item in sets:
+        argv += ["--set", item]
+    done = subprocess.run(argv, cwd=project_dir, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_switch_and_a_given_config_through_spec_sweep_trial(project_dir: Path) -> None:
+    """During a search (or by hand) adaptive mode runs with a config from the spec's steps, or
+    the file given; what SGLang refuses or turns off is never measured as adaptive."""
+    node = {"sglang_version": "0.5.23", "sim_profile": "h200-nvlink-x8"}
+    switch = harness.write_spec(
+        project_dir / "sweeps", name="switch", node=node,
+        search_space={"include": ["speculative_adaptive.yaml"]},
+    )  # fmt: skip
+    result = _trial(
+        project_dir, switch, "speculative-algorithm=EAGLE3", "speculative-adaptive=true"
+    )
+    assert result["failure_mode"] == "none", result["reason"]
+    command = list(result["command"])  # type: ignore[call-overload]
+    path = Path(command[command.index("--speculative-adaptive-config") + 1])
+    assert path == Path(str(result["trial_dir"])).resolve() / "adaptive-config.json"
+    steps = [1, 2, 3, 4, 5, 6, 7]  # the space's steps, before any per-level result exists
+    assert json.loads(path.read_text()) == {"1": {"candidate_steps": steps}}
+    log = (path.parent / "server.log").read_text()
+    assert f"AdaptiveSpeculativeParams initialized: steps=3, candidate_steps={steps}" in log
+
+    plain = harness.write_spec(project_dir / "sweeps", name="given", node=node)
+    given = project_dir / "mine.json"
+    given.write_text('{"1": {"candidate_steps": [2, 3]}}')
+    base = ["speculative-algorithm=EAGLE3", "speculative-adaptive=true"]
+    result = _trial(project_dir, plain, *base, "speculative-num-steps=3",
+                    f"speculative-adaptive-config={given}")  # fmt: skip
+    assert result["failure_mode"] == "none", result["reason"]
+    written = Path(str(result["trial_dir"])).resolve() / "adaptive-config.json"
+    assert written.read_text().strip() == given.read_text()
+    # SGLang's own refusals: the initial steps are not a candidate (a ValueError while it
+    # builds its arguments), or top-k 2 turns adaptive mode off (then it is not measured).
+    result = _trial(project_dir, plain, *base, "speculative-num-steps=5",
+                    f"speculative-adaptive-config={given}")  # fmt: skip
+    assert result["failure_mode"] == "invalid_args"
+    assert "is not in the adaptive config candidate_steps" in str(result["reason"])
+    result = _trial(project_dir, plain, *base, "speculative-eagle-topk=2",
+                    "speculative-num-draft-tokens=4")  # fmt: skip
+    assert result["failure_mode"] == "invalid_args"
+    assert "SGLang turned adaptive speculative decoding off (speculative_eagle_topk=2" in str(
+        result["reason"]
+    )
