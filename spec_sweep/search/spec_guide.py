@@ -151,6 +151,9 @@ class SpecGuide:
         self._risk_cache: tuple[FailureModel, list[tuple[tuple[float, ...], float, bool]]] | None
         self._risk_cache = None
         self._explore_turn = 0
+        #: Where the last proposal came from: "draft model" (an untried one), "model" (the
+        #: tree predictor or the knob model), "greedy" or "uniform" (model-free).
+        self.last_source = ""
 
     # -- SGLang's rules ---------------------------------------------------------------------------
     def resolve(self, config: Mapping[str, Scalar]) -> Resolved:
@@ -305,7 +308,9 @@ class SpecGuide:
             return None
         anchor = dict(best.config)
         if not self.knobs_check.trusted:
+            self.last_source = "uniform"
             return self._draw(self._system_neighbours(anchor), seen=seen)
+        self.last_source = "model"
         effects = self._effects()
         candidates = self._system_neighbours(anchor)
         composed = dict(anchor)
@@ -397,9 +402,11 @@ class SpecGuide:
             return None
         probe = self._untried_head(seen=seen)
         if probe is not None:
+            self.last_source = "draft model"
             return probe
         if not self.trees_check.trusted:
             return self._explore(seen=seen)
+        self.last_source = "model"
         return self._rank(seen=seen)
 
     def _update_alive(self, spec_trials: Sequence[_Trial]) -> None:
@@ -542,7 +549,9 @@ class SpecGuide:
             around = tree_neighbours(tree_of(best_spec.config, self.spec), self._trees)
             step = self._draw_tree(best_spec.config, around, seen=seen)
             if step is not None:
+                self.last_source = "greedy"
                 return step
+        self.last_source = "uniform"
         return self._draw_tree(self._anchor(), self._trees, seen=seen)
 
     def _draw_tree(
