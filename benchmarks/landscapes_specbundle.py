@@ -133,11 +133,10 @@ another, depending on the seed. Seeds 0-19 are the TUNING set, 100-139 the TEST 
 here was chosen by looking at the test seeds).
 
 Run: `.venv/bin/python benchmarks/landscapes_specbundle.py 7 /tmp/b7.csv` writes seed 7's spec
-(`/tmp/b7.yaml`, with the draft head as a searched `speculative-draft-model-path`) and its
-whole table; `--draft-head 0` pins the node's first head instead (`node.draft_model`, only that
-head's rows), which is what `spec-sweep run /tmp/b7.yaml --replay /tmp/b7.csv` accepts today
-(its spec loader reserves `speculative-draft-model-path` for `node.draft_model`);
-`--describe 0-19` prints the nodes.
+(`/tmp/b7.yaml`, its draft heads listed in `node.draft_model`, which the sweep searches as
+`speculative-draft-model-path`) and its whole table, which `spec-sweep run /tmp/b7.yaml --replay
+/tmp/b7.csv` replays; `--draft-head 0` pins the node's first head instead (only that head's
+rows); `--describe 0-19` prints the nodes.
 """
 
 from __future__ import annotations
@@ -167,7 +166,7 @@ from landscape_tables import Landscape, configurations, parse_seeds, write_table
 from spec_sweep.core.config import config_key  # noqa: E402
 from spec_sweep.core.outcome import FailureMode  # noqa: E402
 from spec_sweep.search.tree_rules import check_tree  # noqa: E402
-from spec_sweep.spec import ParamSpec, SweepSpec  # noqa: E402
+from spec_sweep.spec import SweepSpec  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
 from spec_sweep.store.replay import ReplayRow, ReplayTable  # noqa: E402
 
@@ -932,12 +931,15 @@ def outcome(
 
 
 def spec_yaml(node: Node, *, draft_head: int | None = None) -> dict[str, Any]:
-    """The node's sweep spec; the draft head searched, or pinned to `heads[draft_head]`."""
-    params = dict(node.space)
-    draft_model = node.heads[0].path if node.algorithm != "NEXTN" else None
-    if draft_head is not None:
-        params.pop(HEAD, None)
-        draft_model = node.heads[draft_head].path if draft_model else None
+    """The node's sweep spec: its draft heads listed in `node.draft_model` (searched, as
+    `speculative-draft-model-path`), or only `heads[draft_head]`."""
+    params = {k: v for k, v in node.space.items() if k != HEAD}
+    paths = [h.path for h in node.heads] if node.algorithm != "NEXTN" else []
+    if draft_head is not None and paths:
+        paths = [paths[draft_head]]
+    draft_model: str | list[str] | None = (
+        None if not paths else paths[0] if len(paths) == 1 else paths
+    )
     server_args: dict[str, Any] = {"tp-size": 8, "trust-remote-code": True}
     if node.phys.bytes_per_param == 1 and 2 in node.model.precisions:
         server_args["quantization"] = "fp8"
@@ -974,29 +976,11 @@ def spec_yaml(node: Node, *, draft_head: int | None = None) -> dict[str, Any]:
 
 
 def load_node_spec(node: Node, folder: Path, *, draft_head: int | None = None) -> SweepSpec:
-    """Write the node's spec YAML into `folder` and load it with the project's validation.
-
-    Today's loader reserves `speculative-draft-model-path` for `node.draft_model`, so a spec
-    that searches the head is validated without that parameter (`node.draft_model` standing
-    in) and the parameter is added back to the loaded spec, exactly as written in the YAML.
-    """
-    raw = spec_yaml(node, draft_head=draft_head)
+    """Write the node's spec YAML into `folder` and load it with the project's validation
+    (several heads become the searched `speculative-draft-model-path`, `SweepSpec.params`)."""
     path = folder / f"specbundle-{node.seed}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    params = raw["search_space"]["params"]
-    if HEAD not in params:
-        return load_spec(path)
-    plain = {**raw, "search_space": {"params": {k: v for k, v in params.items() if k != HEAD}}}
-    plain_path = folder / f"specbundle-{node.seed}.validate.yaml"
-    plain_path.write_text(yaml.safe_dump(plain, sort_keys=False))
-    spec = load_spec(plain_path)
-    plain_path.unlink()
-    loaded = dict(spec.search_space.params)
-    ordered: dict[str, ParamSpec] = {}
-    for key in params:
-        ordered[key] = ParamSpec.model_validate(params[key]) if key == HEAD else loaded[key]
-    space = spec.search_space.model_copy(update={"params": ordered})
-    return spec.model_copy(update={"search_space": space, "source": str(path.resolve())})
+    path.write_text(yaml.safe_dump(spec_yaml(node, draft_head=draft_head), sort_keys=False))
+    return load_spec(path)
 
 
 def build(seed: int, folder: Path, *, draft_head: int | None = None) -> Landscape:
@@ -1068,7 +1052,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--draft-head",
         type=int,
         metavar="N",
-        help="pin the node's N-th head (0-based) as node.draft_model: a spec today's loader takes",
+        help="pin the node's N-th head (0-based) as node.draft_model (only that head's rows)",
     )
     args = parser.parse_args(argv)
     if args.describe:

@@ -32,6 +32,8 @@ from pydantic import (
 from spec_sweep.spec_metrics import LEVEL_METRICS, metric_names
 
 __all__ = [
+    "DRAFT_PATH",
+    "NO_DRAFT_MODEL",
     "AdaptiveSpec",
     "BudgetSpec",
     "GoodputSpec",
@@ -45,6 +47,7 @@ __all__ = [
     "SweepSpec",
     "TrackingSpec",
     "WorkloadSpec",
+    "drafting_algorithms",
     "parse_value",
     "same_scalar",
     "spec_metric_names",
@@ -53,10 +56,14 @@ __all__ = [
 Scalar: TypeAlias = StrictBool | StrictInt | StrictFloat | StrictStr | None
 ArgValue: TypeAlias = Scalar | list[Scalar] | dict[str, Any]
 
+#: The draft model's flag: set from `node.draft_model`; a searched parameter (one value per
+#: listed draft model) when `node.draft_model` lists several (`SweepSpec.params`).
+DRAFT_PATH = "speculative-draft-model-path"
 #: Flags every trial sets itself; a spec may not set them.
-RESERVED_FLAGS: frozenset[str] = frozenset(
-    {"model-path", "host", "port", "speculative-draft-model-path"}
-)
+RESERVED_FLAGS: frozenset[str] = frozenset({"model-path", "host", "port", DRAFT_PATH})
+#: Speculative algorithms that draft without a model (NGRAM looks tokens up in the context).
+NO_DRAFT_MODEL: frozenset[str] = frozenset({"NGRAM", "LOOKAHEAD"})
+_ALGORITHM = "speculative-algorithm"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -193,7 +200,11 @@ class NodeSpec(_Model):
         description="Command prefix; default depends on backend (docs/design.md, Server launch).",
     )
     model: str = Field(description="--model-path of the target model.")
-    draft_model: str | None = Field(None, description="--speculative-draft-model-path.")
+    draft_model: str | tuple[str, ...] | None = Field(
+        None,
+        description="--speculative-draft-model-path; a list of several draft models makes "
+        "the draft model a searched parameter of the speculative trials.",
+    )
     gpus: int = Field(8, ge=0, description="GPUs per trial (= per node); 0 for no GPU.")
     server_args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -228,6 +239,30 @@ class NodeSpec(_Model):
             if not _ENV_RE.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return env
+
+    @field_validator("draft_model")
+    @classmethod
+    def _draft_models(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        if isinstance(value, tuple):
+            if not value:
+                raise ValueError(
+                    "the list of draft models is empty: give one path, a list of paths, or null"
+                )
+            for path in value:
+                if value.count(path) > 1:
+                    raise ValueError(f"{path!r} is listed twice: remove the duplicate")
+                if not path:
+                    raise ValueError("an empty path: give the draft model's path or repo id")
+        return value
+
+    @property
+    def draft_models(self) -> tuple[str, ...]:
+        """The draft models the spec names (none, one, or several to search)."""
+        if self.draft_model is None:
+            return ()
+        if isinstance(self.draft_model, str):
+            return (self.draft_model,)
+        return self.draft_model
 
     @field_validator("launch")
     @classmethod
@@ -570,13 +605,67 @@ class SweepSpec(_Model):
 
     @property
     def params(self) -> dict[str, ParamSpec]:
-        """The resolved search space (fragments merged with `search_space.params`)."""
-        return self.search_space.params
+        """The resolved search space (fragments merged with `search_space.params`).
+
+        With several draft models in `node.draft_model`, the draft model is one more
+        parameter, `speculative-draft-model-path` (`DRAFT_PATH`), right after
+        `speculative-algorithm`: its choices are the listed models (the first is the default)
+        and it is active with every algorithm that drafts with a model.
+        """
+        own = self.search_space.params
+        heads = self.node.draft_models
+        if len(heads) < 2:
+            return own
+        head = _draft_param(heads, own.get(_ALGORITHM))
+        if head is None:
+            return own
+        out: dict[str, ParamSpec] = {}
+        if _ALGORITHM not in own:
+            out[DRAFT_PATH] = head
+        for key, param in own.items():
+            out[key] = param
+            if key == _ALGORITHM:
+                out[DRAFT_PATH] = head
+        return out
 
     @property
     def experiment(self) -> str:
         """The MLflow experiment name."""
         return self.tracking.experiment or self.name
+
+
+_DRAFT_PARAMS: dict[tuple[tuple[str, ...], tuple[Scalar, ...] | None], ParamSpec] = {}
+
+
+def drafting_algorithms(algorithm: ParamSpec | None) -> tuple[Scalar, ...] | None:
+    """The values of a searched `speculative-algorithm` that draft with a model (None: the
+    algorithm is not searched)."""
+    if algorithm is None:
+        return None
+    try:
+        values = algorithm.values()
+    except ValueError:
+        return ()
+    return tuple(v for v in values if isinstance(v, str) and v.upper() not in NO_DRAFT_MODEL and v)
+
+
+def _draft_param(heads: tuple[str, ...], algorithm: ParamSpec | None) -> ParamSpec | None:
+    """The searched draft model over `heads` (None: no searched algorithm drafts with one)."""
+    drafting = drafting_algorithms(algorithm)
+    key = (heads, drafting)
+    if key not in _DRAFT_PARAMS:
+        if drafting is not None and not drafting:
+            return None
+        when: dict[str, Scalar | tuple[Scalar, ...]] = {}
+        if drafting:
+            when[_ALGORITHM] = drafting[0] if len(drafting) == 1 else drafting
+        _DRAFT_PARAMS[key] = ParamSpec(
+            choices=heads,
+            default=heads[0],
+            when=when,
+            description="The draft model (node.draft_model lists several).",
+        )
+    return _DRAFT_PARAMS[key]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,11 +27,13 @@ from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
 from spec_sweep.node.prompts import prompt_format
 from spec_sweep.spec import (
+    DRAFT_PATH,
     RESERVED_FLAGS,
     ParamSpec,
     Scalar,
     SweepSpec,
     _FragmentSpec,
+    drafting_algorithms,
     spec_metric_names,
 )
 
@@ -185,7 +187,11 @@ def _local_model(spec_path: Path, model: str | None) -> str | None:
 def _resolve_paths(spec_path: Path, spec: SweepSpec) -> SweepSpec:
     node = spec.node
     model = _local_model(spec_path, node.model)
-    draft = _local_model(spec_path, node.draft_model)
+    draft: str | tuple[str, ...] | None
+    if isinstance(node.draft_model, tuple):
+        draft = tuple(_local_model(spec_path, d) or d for d in node.draft_model)
+    else:
+        draft = _local_model(spec_path, node.draft_model)
     if (model, draft) != (node.model, node.draft_model):
         node = node.model_copy(update={"model": model, "draft_model": draft})
         spec = spec.model_copy(update={"node": node})
@@ -290,7 +296,7 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
     if (problem := weight_cache_problem(spec)) is not None:
         fail("node.weight_cache", problem)
     params = spec.params
-    for key, param in params.items():
+    for key, param in spec.search_space.params.items():  # the draft model's is built, not read
         _check_param(fail, manifest, params, key, param)
     _check_cycles(fail, params)
     for field, message in spec_problems(spec):  # adaptive speculative decoding
@@ -309,6 +315,24 @@ def _check_semantics(path: Path, spec: SweepSpec) -> None:
             "node.draft_model",
             "missing: the search space can set an EAGLE speculative algorithm, which needs "
             "a draft model: set node.draft_model",
+        )
+    _check_draft_models(fail, spec)
+
+
+def _check_draft_models(fail: Any, spec: SweepSpec) -> None:
+    """Several draft models are searched only where an algorithm drafts with one."""
+    heads = spec.node.draft_models
+    if len(heads) < 2:
+        return
+    fixed = spec.node.server_args.get("speculative-algorithm")
+    drafting = drafting_algorithms(spec.search_space.params.get("speculative-algorithm"))
+    if drafting == () or (drafting is None and not fixed):
+        shown = _short(list(heads))
+        fail(
+            "node.draft_model",
+            f"{shown} lists {len(heads)} draft models, but no speculative algorithm of the "
+            "search space drafts with a model: add 'speculative-algorithm' with an EAGLE value "
+            "to search_space.params, or give one draft model",
         )
 
 
@@ -411,6 +435,12 @@ def _check_key(fail: Any, manifest: FlagManifest, field: str, key: str, *, allow
         return
     if key.startswith("-"):
         fail(field, f"{key!r}: write flag names without leading dashes ({key.lstrip('-')!r})")
+    if key == DRAFT_PATH:
+        fail(
+            field,
+            f"{key!r} is set by spec_sweep itself: list the draft models in node.draft_model "
+            "(node.draft_model: [path1, path2]) and the sweep searches them",
+        )
     if key in RESERVED_FLAGS:
         fail(field, f"{key!r} is set by spec_sweep itself (node.model / node.draft_model)")
     flag = manifest.lookup(key)

@@ -21,12 +21,9 @@ from typing import Any
 from spec_sweep.core.adaptive import adaptive_text
 from spec_sweep.core.adaptive_rules import ADAPTIVE_CONFIG, CONFIG_FILE
 from spec_sweep.core.config import render_value
-from spec_sweep.spec import Backend, SweepSpec
+from spec_sweep.spec import DRAFT_PATH, NO_DRAFT_MODEL, Backend, SweepSpec
 
 __all__ = ["Launch", "ServerCommand", "build_command", "launch_for", "node_fingerprint"]
-
-# Speculative algorithms that draft without a model (NGRAM looks tokens up in the context).
-_NO_DRAFT_MODEL = frozenset({"NGRAM", "LOOKAHEAD"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +115,12 @@ def build_command(
         argv += _flag_tokens(key, value)
     env = {k: render_value(v) for k, v in node.env.items() if v is not None}
     flags = {k: v for k, v in config.items() if not k.startswith("env.")}
+    # The trial's draft model (searched when node.draft_model lists several), else the first.
+    searched = flags.pop(DRAFT_PATH, None)
     algorithm = flags.get("speculative-algorithm", node.server_args.get("speculative-algorithm"))
-    if node.draft_model and algorithm and str(algorithm).upper() not in _NO_DRAFT_MODEL:
-        argv += ["--speculative-draft-model-path", node.draft_model]
+    if node.draft_models and algorithm and str(algorithm).upper() not in NO_DRAFT_MODEL:
+        draft = searched if isinstance(searched, str) else node.draft_models[0]
+        argv += [f"--{DRAFT_PATH}", draft]
     for key, value in flags.items():
         if key != ADAPTIVE_CONFIG:
             argv += _flag_tokens(key, value)

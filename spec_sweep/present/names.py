@@ -50,6 +50,7 @@ def shown_value(metrics: Mapping[str, Any], metric: str) -> str:
 # `cgbs=64`. A boolean flag reads as its name when on and `no-<name>` when off.
 _SHORT = {
     "speculative-algorithm": "",
+    "speculative-draft-model-path": "draft=",
     "speculative-num-steps": "s",
     "speculative-eagle-topk": "k",
     "speculative-num-draft-tokens": "d",
@@ -104,6 +105,8 @@ def _short_item(key: str, value: Any) -> str:
         name = short.rstrip("=")
         return name if on else f"no-{name}"
     text = f"{value:g}" if isinstance(value, float) else str(value)
+    if key == "speculative-draft-model-path":
+        text = text.rstrip("/").rsplit("/", 1)[-1]  # a draft model by its last path part
     return f"{short}{text}"
 
 

@@ -1,4 +1,5 @@
-"""Domain knowledge in the sweep's search: SGLang's tree rules and the speculative branch's share.
+"""Domain knowledge in the sweep's search: SGLang's tree rules, the speculative branch's share,
+and models that lose their turns when they are wrong.
 
 This module owns what the searcher (`spec_sweep.search.searcher.SweepSearcher`) knows about
 speculative decoding beyond a generic sampler:
@@ -9,26 +10,35 @@ speculative decoding beyond a generic sampler:
   space can express it, else launched as given and recognised as the one that runs (no second
   launch of the same effective configuration).
 * **The branch keeps a share** (`SpecGuide.propose`): while speculation has not been measured to
-  lose, at least `SHARE` of the trials so far are speculative; when one is due, the guide
-  proposes the untried tree that `spec_sweep.search.spec_model.SpecModel` (fitted from the
-  speculative trials so far) ranks first, times the failure model's probability that it runs, on
-  the system knobs of the best trial so far or one knob away from them. A failed tree condemns
-  that tree (and, through the failure model, the values or pairs of values that failed), never
-  the branch. The branch is dropped only on measured evidence: at least `_DROP_AFTER` measured
-  trees whose best is below `_DROP_RATIO` of the best non-speculative trial and a model that
-  predicts no untried tree above that trial, or `_GIVE_UP` speculative launches that all failed.
+  lose, at least `SHARE` of the trials so far are speculative. A speculative turn first tries
+  every listed draft model once (`node.draft_model` with several: the best speculative trial
+  so far with another draft model), then proposes the untried tree that the per-draft-model
+  tree predictor (`spec_sweep.search.trees.TreePredictor`, fitted from the speculative trials
+  so far) ranks first, times the failure model's probability that it runs, on the system knobs
+  of the best trial so far or one knob away from them. A failed tree condemns that tree (and,
+  through the failure model, the values or pairs of values that failed), never the branch. The
+  branch is dropped only on measured evidence: at least `_DROP_AFTER` measured trees whose best
+  is below `_DROP_RATIO` of the best non-speculative trial and a model that predicts no untried
+  tree above that trial (twice as many trees, and no model, while the model is distrusted), or
+  `_GIVE_UP` speculative launches that all failed.
+* **System-knob steps** (`SpecGuide.exploit`): the best trial with one or more system knobs
+  changed, ranked by the additive model of `spec_sweep.search.knobs`.
+* **Models that are tested** (`spec_sweep.search.model_check`): every measured speculative trial
+  tests the tree predictor's throughput and accept length for it, every measured trial whose
+  values were all measured before tests the knob model; a distrusted model's turns go to
+  model-free exploration: for trees, a greedy step around the best tree (one of draft model,
+  steps, top-k or draft tokens moved) and a tree drawn uniformly from the valid ones, in turn;
+  for the knobs, a uniformly drawn one-knob change of the best trial. Both likely to run by the
+  failure model (`_EXPLORE_RISK`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from spec_sweep.core.config import (
     Config,
@@ -38,10 +48,20 @@ from spec_sweep.core.config import (
     resolve_config,
     same_value,
 )
-from spec_sweep.search.spec_model import SpecModel, TreeObservation
+from spec_sweep.core.names import CI_HIGH, CI_LOW
+from spec_sweep.search.knobs import Effects, fit_effects
+from spec_sweep.search.model_check import ModelCheck, Quantity
 from spec_sweep.search.tpe import FailureModel
 from spec_sweep.search.tree_rules import ALGORITHM, DRAFT_TOKENS, STEPS, TOPK, TreeCheck, check_tree
-from spec_sweep.spec import Scalar, SweepSpec
+from spec_sweep.search.trees import (
+    Tree,
+    TreePredictor,
+    TreeResult,
+    tree_neighbours,
+    tree_of,
+    valid_trees,
+)
+from spec_sweep.spec import DRAFT_PATH, Scalar, SweepSpec
 
 __all__ = ["SHARE", "Resolved", "SpecGuide"]
 
@@ -54,20 +74,20 @@ _GIVE_UP = 8
 _NEIGHBOUR_DISCOUNT = 0.97
 _MEM = "mem-fraction-static"
 _ADAPTIVE = "speculative-adaptive"
-
-
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+_TREE_KEYS = frozenset({ALGORITHM, DRAFT_PATH, STEPS, TOPK, DRAFT_TOKENS})
+#: Least relative error that counts as a miss of the tree predictor's throughput and accept
+#: length, and of the knob model's objective (chosen on the tuning seeds, model_check).
+SPEED_FLOOR = 0.15
+LENGTH_FLOOR = 0.10
+KNOB_FLOOR = 0.15
+#: Model-free proposals skip configurations the failure model gives less than this log P(runs).
+_EXPLORE_RISK = math.log(0.3)
 
 
 def _num(value: Any) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     return 0.0
-
-
-#: Ridge penalty of the additive model of the system knobs.
-_RIDGE = 0.3
 
 
 @dataclass(frozen=True)
@@ -98,12 +118,14 @@ class _Trial:
 
 @dataclass
 class SpecGuide:
-    """Tree rules and the speculative branch's share for one sweep (see the module doc)."""
+    """Tree rules, the speculative branch's share and the tested models for one sweep."""
 
     spec: SweepSpec
     seed: int = 0
     trials: list[_Trial] = field(default_factory=list)
     alive: bool = True
+    trees_check: ModelCheck = field(default_factory=lambda: ModelCheck("trees"))
+    knobs_check: ModelCheck = field(default_factory=lambda: ModelCheck("system knobs"))
 
     def __post_init__(self) -> None:
         params = self.spec.params
@@ -120,6 +142,7 @@ class SpecGuide:
             [v for v in params[ALGORITHM].values() if v is not None] if self.enabled else []
         )
         self._algorithm: Scalar = algorithms[0] if algorithms else None
+        self._trees = valid_trees(self.spec, self._algorithm) if self.enabled else []
         concurrency = self.spec.workload.concurrency
         self._concurrency = max(concurrency)
         self._graph_key = next(
@@ -128,6 +151,10 @@ class SpecGuide:
         self._gates = frozenset(dep for param in params.values() for dep in param.when)
         self._risk_cache: tuple[FailureModel, list[tuple[tuple[float, ...], float, bool]]] | None
         self._risk_cache = None
+        self._explore_turn = 0
+        #: Where the last proposal came from: "draft model" (an untried one), "model" (the
+        #: tree predictor or the knob model), "greedy" or "uniform" (model-free).
+        self.last_source = ""
 
     # -- SGLang's rules ---------------------------------------------------------------------------
     def resolve(self, config: Mapping[str, Scalar]) -> Resolved:
@@ -169,18 +196,57 @@ class SpecGuide:
     def observe(
         self, config: Mapping[str, Scalar], *, value: float | None, metrics: Mapping[str, Any]
     ) -> None:
-        """Record a finished trial (value None: it failed or broke a constraint)."""
+        """Record a finished trial (value None: it failed or broke a constraint); a measured
+        one first tests the models fitted on the trials before it."""
         length = metrics.get("accept_length")
-        self.trials.append(
-            _Trial(
-                config=dict(config),
-                ok=value is not None,
-                value=value,
-                accept_length=float(length) if isinstance(length, int | float) else None,
-                oom=metrics.get("failure_mode") == "oom",
-            )
+        trial = _Trial(
+            config=dict(config),
+            ok=value is not None,
+            value=value,
+            accept_length=float(length) if isinstance(length, int | float) else None,
+            oom=metrics.get("failure_mode") == "oom",
         )
+        if trial.ok and (value or 0.0) > 0:
+            self._test_models(trial, self._noise(metrics))
+        self.trials.append(trial)
         self._risk_cache = None
+
+    def _noise(self, metrics: Mapping[str, Any]) -> float:
+        """The trial's relative noise on its objective: its within-boot 95% half width."""
+        metric = self.spec.objective.metric
+        value, lo, hi = (metrics.get(metric + s) for s in ("", CI_LOW, CI_HIGH))
+        if not all(isinstance(v, int | float) for v in (value, lo, hi)) or not value:
+            return 0.0
+        return abs(float(hi) - float(lo)) / 2.0 / abs(float(value))  # type: ignore[arg-type]
+
+    def _test_models(self, trial: _Trial, noise: float) -> None:
+        """Each model's prediction for `trial` (fitted without it) against its measurement."""
+        label = f"#{len(self.trials)}"
+        value = trial.value or 0.0
+        if self.enabled and self._static_tree(trial.config):
+            predictor = self._predictor(trial.config)
+            tree = tree_of(trial.config, self.spec)
+            if not predictor.empty and predictor.measured(tree.head) > 0:
+                eager = self._eager(trial.config, tree.ran)
+                quantities = [
+                    Quantity(
+                        "throughput",
+                        predictor.throughput(tree, eager=eager),
+                        value,
+                        SPEED_FLOOR,
+                        noise,
+                    )
+                ]
+                if trial.accept_length:
+                    predicted = predictor.accept_length(tree)
+                    quantities.append(
+                        Quantity("accept_length", predicted, trial.accept_length, LENGTH_FLOOR)
+                    )
+                self.trees_check.record(label, quantities)
+        effects = self._effects()
+        if effects.knows(trial.config):
+            predicted = effects.predict(trial.config)
+            self.knobs_check.record(label, [Quantity("objective", predicted, value, KNOB_FLOOR)])
 
     def _risk(self, config: Mapping[str, Scalar]) -> float:
         """log P(`config` runs), from what failed so far, memory read as memory.
@@ -212,7 +278,7 @@ class SpecGuide:
     def _need(self, config: Mapping[str, Scalar]) -> tuple[float, ...]:
         """What a configuration asks of memory: speculation, draft tokens, CUDA-graph size."""
         spec_on = 1.0 if self._speculative(config) else 0.0
-        draft = float(self._draft(config)) if spec_on else 0.0
+        draft = float(tree_of(config, self.spec).ran) if spec_on else 0.0
         graph = _num(config.get(self._graph_key)) if self._graph_key else 0.0
         return (spec_on, draft, graph, _num(config.get("ep-size")))
 
@@ -224,60 +290,80 @@ class SpecGuide:
         steps at run time and has no top-k of its own: search_spaces/speculative_adaptive.yaml)."""
         return self._speculative(config) and config.get(_ADAPTIVE) is not True
 
-    def _best(self, *, speculative: bool | None = None) -> _Trial | None:
+    def _best(self, *, speculative: bool | None = None, tree: bool = False) -> _Trial | None:
+        """The best measured trial (of one branch; `tree`: of the static trees)."""
         ok = [
             t
             for t in self.trials
             if t.ok
             and t.value is not None
             and (speculative is None or self._speculative(t.config) == speculative)
+            and (not tree or self._static_tree(t.config))
         ]
         return max(ok, key=lambda t: self._sign * (t.value or 0.0)) if ok else None
 
-    # -- the system knobs: an additive model of the measured trials -------------------------------
+    # -- the system knobs -------------------------------------------------------------------------
     def exploit(self, *, seen: set[str]) -> Config | None:
         """The best trial with one or more of its system knobs changed, as the trials suggest.
 
-        Each measured trial's log objective is fitted as a sum of effects of its parameter
-        values (ridge, so a value seen once moves little); candidates are the best trial with
-        one knob changed, and with every knob at its best-estimated value; the one with the
-        highest predicted value times the failure model's probability that it runs.
+        Candidates are the best trial with one knob changed, and with every knob at its
+        best-estimated value (`knobs.fit_effects`); the one with the highest predicted value
+        times the failure model's probability that it runs. While the knob model is distrusted,
+        one of the one-knob changes drawn uniformly among those likely to run.
         """
         best = self._best()
         if best is None:
             return None
-        effects = self._effects()
-        risk = self._risk
-        tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
         anchor = dict(best.config)
+        if not self.knobs_check.trusted:
+            self.last_source = "uniform"
+            return self._draw(self._system_neighbours(anchor), seen=seen)
+        self.last_source = "model"
+        effects = self._effects()
         candidates = self._system_neighbours(anchor)
         composed = dict(anchor)
         for key in ordered_keys(self.spec.params):
-            if key in tree_keys or key not in composed:
+            if key in _TREE_KEYS or key not in composed:
                 continue
-            options = [(effects.get((key, repr(v)), 0.0), v) for v in self._values(key)]
+            options = [(effects.get((key, repr(v))), v) for v in self._values(key)]
             if options:
                 composed[key] = max(options, key=lambda o: o[0])[1]
         candidates.append(composed)
         scored = []
         for candidate in candidates:
-            try:
-                config = normalize_config(
-                    self.spec,
-                    resolve_config(self.spec, candidate, what="step", fill=lambda p: p.values()[0]),
-                )
-            except ValueError:
+            config = self._complete(candidate, what="step")
+            launch = None if config is None else self.unseen_launch(config, seen=seen)
+            if config is None or launch is None:
                 continue
-            launch = self.unseen_launch(config, seen=seen)
-            if launch is None:
-                continue
-            gain = sum(effects.get((k, repr(v)), 0.0) for k, v in config.items())
-            score = gain + risk(launch)
-            scored.append((score, self._rng.random(), launch))
+            gain = sum(effects.get((k, repr(v))) for k, v in config.items())
+            scored.append((gain + self._risk(launch), self._rng.random(), launch))
         if not scored:
             return None
         scored.sort(key=lambda item: (-item[0], item[1]))
         return scored[0][2]
+
+    def _complete(self, values: Mapping[str, Scalar], *, what: str) -> Config | None:
+        try:
+            config = resolve_config(self.spec, values, what=what, fill=lambda p: p.values()[0])
+        except ValueError:
+            return None
+        return normalize_config(self.spec, config)
+
+    def _draw(self, candidates: Sequence[Mapping[str, Scalar]], *, seen: set[str]) -> Config | None:
+        """One of `candidates` drawn uniformly among the unseen ones likely to run (else the
+        unseen one most likely to run)."""
+        options: list[tuple[float, Config]] = []
+        for candidate in candidates:
+            config = self._complete(candidate, what="step")
+            launch = None if config is None else self.unseen_launch(config, seen=seen)
+            if launch is not None and config_key(launch) not in {config_key(o) for _, o in options}:
+                options.append((self._risk(launch), launch))
+        if not options:
+            return None
+        likely = [launch for risk, launch in options if risk >= _EXPLORE_RISK]
+        if likely:
+            return self._rng.choice(likely)
+        return max(options, key=lambda o: o[0])[1]
 
     def _values(self, key: str) -> list[Scalar]:
         try:
@@ -285,202 +371,14 @@ class SpecGuide:
         except ValueError:
             return []
 
-    def _effects(self) -> dict[tuple[str, str], float]:
-        """Ridge estimates of each (parameter, value)'s effect on the log objective."""
-        ok = [t for t in self.trials if t.ok and t.value and t.value > 0]
-        if len(ok) < 2:
-            return {}
-        items = sorted({(k, repr(v)) for t in ok for k, v in t.config.items()})
-        index = {item: i for i, item in enumerate(items)}
-        x = np.zeros((len(ok), len(items) + 1))
-        y = np.zeros(len(ok))
-        for row, t in enumerate(ok):
-            x[row, -1] = 1.0
-            for k, v in t.config.items():
-                x[row, index[(k, repr(v))]] = 1.0
-            y[row] = math.log(t.value or 1.0)
-        penalty = np.full(len(items) + 1, _RIDGE)
-        penalty[-1] = 1e-6
-        coef = np.linalg.solve(x.T @ x + np.diag(penalty), x.T @ y)
-        return {item: float(coef[i]) for item, i in index.items()}
-
-    # -- proposals --------------------------------------------------------------------------------
-    def due(self) -> bool:
-        """Whether the speculative branch is below its share of the trials (and alive)."""
-        if not self.enabled or not self.trials:
-            return False
-        spec_trials = [t for t in self.trials if self._speculative(t.config)]
-        self._update_alive(spec_trials)
-        return self.alive and len(spec_trials) < SHARE * (len(self.trials) + 1)
-
-    def propose(self, *, seen: set[str]) -> Config | None:
-        """The untried tree the model ranks first (None: the branch is dropped or disabled)."""
-        if not self.enabled or not self.trials:
-            return None
-        self._update_alive([t for t in self.trials if self._speculative(t.config)])
-        if not self.alive:
-            return None
-        return self._rank(seen=seen)
-
-    def _update_alive(self, spec_trials: Sequence[_Trial]) -> None:
-        measured = [t for t in spec_trials if t.ok]
-        if not measured and len(spec_trials) >= _GIVE_UP:
-            self.alive = False
-            return
-        best_plain, best_spec = self._best(speculative=False), self._best(speculative=True)
-        if len(measured) < _DROP_AFTER or best_plain is None or best_spec is None:
-            return
-        plain = self._sign * (best_plain.value or 0.0)
-        if self._sign * (best_spec.value or 0.0) >= _DROP_RATIO * plain:
-            return
-        model = self._model(best_spec.config)
-        anchor = best_spec.config
-        predicted = max(
-            (self._predict(model, anchor, tree, base=best_spec) for tree in self._trees()),
-            default=0.0,
-        )
-        if predicted < plain:
-            self.alive = False
-
-    def _trees(self) -> list[tuple[int, int, int, int]]:
-        """Every tree SGLang runs: (steps, top-k, draft tokens as given, as run), one per run."""
-        params = self.spec.params
-        steps = [int(v) for v in params[STEPS].values() if v is not None]
-        topks = [int(v) for v in params[TOPK].values() if v is not None]
-        drafts = (
-            [int(v) for v in params[DRAFT_TOKENS].values() if v is not None]
-            if DRAFT_TOKENS in params
-            else [0]
-        )
-        out: dict[tuple[int, int, int], tuple[int, int, int, int]] = {}
-        for s, k, d in itertools.product(steps, topks, drafts):
-            config = {ALGORITHM: self._algorithm, STEPS: s, TOPK: k}
-            if DRAFT_TOKENS in params:
-                config[DRAFT_TOKENS] = d
-            check = check_tree(config, server_args=self.spec.node.server_args)
-            if check.runs:
-                ran = int(check.config.get(DRAFT_TOKENS, s + 1) or s + 1)
-                out.setdefault((s, k, ran), (s, k, d, ran))
-        return sorted(out.values())
-
-    def _eager(self, config: Mapping[str, Scalar], draft: int) -> bool:
-        if self._graph_key is None:
-            return False
-        graph = config.get(self._graph_key)
-        if not isinstance(graph, int) or isinstance(graph, bool):
-            return False
-        return self._concurrency * draft > graph
-
-    def _system(self, config: Mapping[str, Scalar]) -> str:
-        tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
-        return config_key({k: v for k, v in config.items() if k not in tree_keys})
-
-    def _model(self, anchor: Mapping[str, Scalar]) -> SpecModel:
-        """The model fitted on the measured trees, those on the anchor's system knobs first."""
-        measured = [t for t in self.trials if t.ok and self._static_tree(t.config)]
-        same = [t for t in measured if self._system(t.config) == self._system(anchor)]
-        use = same if len(same) >= 2 else measured
-        return SpecModel(
-            [
-                TreeObservation(
-                    steps=_int(t.config[STEPS]),
-                    topk=_int(t.config[TOPK]),
-                    draft_tokens=self._draft(t.config),
-                    throughput=t.value or 0.0,
-                    accept_length=t.accept_length,
-                    eager=self._eager(t.config, self._draft(t.config)),
-                )
-                for t in use
-            ]
-        )
-
-    def _draft(self, config: Mapping[str, Scalar]) -> int:
-        check = check_tree(config, server_args=self.spec.node.server_args)
-        value = check.config.get(DRAFT_TOKENS)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        return int(config[STEPS]) + 1  # type: ignore[arg-type]
-
-    def _predict(
-        self,
-        model: SpecModel,
-        system: Mapping[str, Scalar],
-        tree: tuple[int, int, int, int],
-        *,
-        base: _Trial | None,
-    ) -> float:
-        """Predicted objective (max-mode units) of `tree` on `system`'s knobs."""
-        s, k, _, d = tree
-        value = model.throughput(s, k, d, eager=self._eager(system, d))
-        if not model.observations:
-            # Prior only: scale so the default chain matches the best plain trial.
-            plain = self._best(speculative=False)
-            ref = model.throughput(3, 1, 4)
-            scale = (plain.value or 0.0 if plain else 1.0) / ref
-            return value * scale
-        del base
-        return value
-
-    def _rank(self, *, seen: set[str]) -> Config | None:
-        best = self._best()
-        if best is None:
-            anchor: Config = dict(self.trials[0].config)
-        else:
-            anchor = dict(best.config)
-        model = self._model(anchor)
-        trees = self._trees()
-        risk = self._risk
-        systems = [(anchor, 1.0)] + [
-            (n, _NEIGHBOUR_DISCOUNT) for n in self._system_neighbours(anchor)
-        ]
-        # A tree measured once is tuned further by the system-knob steps, not here: one knob
-        # away from the anchor only go the trees that never ran (a failure may be the knob's).
-        measured = {
-            (_int(t.config[STEPS]), _int(t.config[TOPK]), self._draft(t.config))
-            for t in self.trials
-            if t.ok and self._static_tree(t.config)
-        }
-        scored: list[tuple[float, float, Config]] = []
-        for system, weight in systems:
-            for tree in trees:
-                if weight < 1.0 and (tree[0], tree[1], tree[3]) in measured:
-                    continue
-                config = self._with_tree(system, tree)
-                if config is None:
-                    continue
-                launch = self.unseen_launch(config, seen=seen)
-                if launch is None:
-                    continue
-                predicted = self._predict(model, system, tree, base=best)
-                score = math.log(max(predicted * weight, 1e-12)) + risk(launch)
-                scored.append((score, self._rng.random(), launch))
-        if not scored:
-            return None
-        scored.sort(key=lambda item: (-item[0], item[1]))
-        return scored[0][2]
-
-    def _with_tree(
-        self, system: Mapping[str, Scalar], tree: tuple[int, int, int, int]
-    ) -> Config | None:
-        s, k, d, _ = tree
-        values = {key: v for key, v in system.items() if key not in (STEPS, TOPK, DRAFT_TOKENS)}
-        values[ALGORITHM] = self._algorithm
-        values[STEPS], values[TOPK] = s, k
-        if _ADAPTIVE in self.spec.params:
-            values[_ADAPTIVE] = False  # a tree is a static configuration
-        if DRAFT_TOKENS in self.spec.params:
-            values[DRAFT_TOKENS] = d
-        try:
-            config = resolve_config(self.spec, values, what="tree", fill=lambda p: p.values()[0])
-        except ValueError:
-            return None
-        return normalize_config(self.spec, config)
+    def _effects(self) -> Effects:
+        """The knob model fitted on the measured trials so far."""
+        return fit_effects([(t.config, t.value or 0.0) for t in self.trials if t.ok and t.value])
 
     def _system_neighbours(self, anchor: Mapping[str, Scalar]) -> list[Config]:
         out = []
-        tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
         for key in ordered_keys(self.spec.params):
-            if key in tree_keys or key not in anchor:
+            if key in _TREE_KEYS or key not in anchor:
                 continue
             try:
                 values = self.spec.params[key].values()
@@ -508,7 +406,7 @@ class SpecGuide:
             return None
         gains: list[float] = []
         effects = self._effects()
-        if effects:
+        if effects.effects:
             gains += self._step_gains(best, effects, seen)
         if self.enabled:
             spec_trials = [t for t in self.trials if self._speculative(t.config)]
@@ -519,48 +417,229 @@ class SpecGuide:
                 gains += self._tree_gains(best, seen)
         return max(gains) if gains else None
 
-    def _step_gains(
-        self, best: _Trial, effects: dict[tuple[str, str], float], seen: set[str]
-    ) -> list[float]:
-        tree_keys = {ALGORITHM, STEPS, TOPK, DRAFT_TOKENS}
+    def _step_gains(self, best: _Trial, effects: Effects, seen: set[str]) -> list[float]:
         anchor = dict(best.config)
-        base = sum(effects.get((k, repr(v)), 0.0) for k, v in anchor.items())
+        base = sum(effects.get((k, repr(v))) for k, v in anchor.items())
         candidates = self._system_neighbours(anchor)
         composed = dict(anchor)
         for key in ordered_keys(self.spec.params):
-            if key in tree_keys or key not in composed:
+            if key in _TREE_KEYS or key not in composed:
                 continue
-            options = [(effects.get((key, repr(v)), 0.0), v) for v in self._values(key)]
+            options = [(effects.get((key, repr(v))), v) for v in self._values(key)]
             if options:
                 composed[key] = max(options, key=lambda o: o[0])[1]
         candidates.append(composed)
         out = []
         for candidate in candidates:
-            try:
-                config = normalize_config(
-                    self.spec,
-                    resolve_config(self.spec, candidate, what="step", fill=lambda p: p.values()[0]),
-                )
-            except ValueError:
-                continue
-            launch = self.unseen_launch(config, seen=seen)
-            if launch is None or self._risk(launch) < math.log(0.5):
-                continue
-            gain = sum(effects.get((k, repr(v)), 0.0) for k, v in config.items())
-            out.append(math.exp(gain - base) - 1.0)
-        return out
-
-    def _tree_gains(self, best: _Trial, seen: set[str]) -> list[float]:
-        anchor = dict(best.config)
-        model = self._model(anchor)
-        out = []
-        for tree in self._trees():
-            config = self._with_tree(anchor, tree)
+            config = self._complete(candidate, what="step")
             if config is None:
                 continue
             launch = self.unseen_launch(config, seen=seen)
             if launch is None or self._risk(launch) < math.log(0.5):
                 continue
-            predicted = self._predict(model, anchor, tree, base=best)
+            gain = sum(effects.get((k, repr(v))) for k, v in config.items())
+            out.append(math.exp(gain - base) - 1.0)
+        return out
+
+    def _tree_gains(self, best: _Trial, seen: set[str]) -> list[float]:
+        anchor = dict(best.config)
+        predictor = self._predictor(anchor)
+        out = []
+        for tree in self._trees:
+            launch = self._launch_tree(anchor, tree, seen=seen)
+            if launch is None or self._risk(launch) < math.log(0.5):
+                continue
+            predicted = self._predict(predictor, anchor, tree)
             out.append(predicted / (best.value or 1.0) - 1.0)
         return out
+
+    # -- the speculative branch -------------------------------------------------------------------
+    def due(self) -> bool:
+        """Whether the speculative branch is below its share of the trials (and alive)."""
+        if not self.enabled or not self.trials:
+            return False
+        spec_trials = [t for t in self.trials if self._speculative(t.config)]
+        self._update_alive(spec_trials)
+        return self.alive and len(spec_trials) < SHARE * (len(self.trials) + 1)
+
+    def propose(self, *, seen: set[str]) -> Config | None:
+        """The branch's next tree (None: the branch is dropped or disabled): an untried draft
+        model, else the tree the predictor ranks first, or, while it is distrusted, a
+        model-free step."""
+        if not self.enabled or not self.trials:
+            return None
+        self._update_alive([t for t in self.trials if self._speculative(t.config)])
+        if not self.alive:
+            return None
+        probe = self._untried_head(seen=seen)
+        if probe is not None:
+            self.last_source = "draft model"
+            return probe
+        if not self.trees_check.trusted:
+            return self._explore(seen=seen)
+        self.last_source = "model"
+        return self._rank(seen=seen)
+
+    def _update_alive(self, spec_trials: Sequence[_Trial]) -> None:
+        measured = [t for t in spec_trials if t.ok]
+        if not measured and len(spec_trials) >= _GIVE_UP:
+            self.alive = False
+            return
+        best_plain, best_spec = self._best(speculative=False), self._best(speculative=True)
+        trusted = self.trees_check.trusted
+        needed = _DROP_AFTER if trusted else 2 * _DROP_AFTER
+        if len(measured) < needed or best_plain is None or best_spec is None:
+            return
+        plain = self._sign * (best_plain.value or 0.0)
+        if self._sign * (best_spec.value or 0.0) >= _DROP_RATIO * plain:
+            return
+        if trusted:
+            anchor = best_spec.config
+            predicted = max(
+                (self._predict(self._predictor(anchor), anchor, tree) for tree in self._trees),
+                default=0.0,
+            )
+            if predicted >= plain:
+                return
+        self.alive = False
+
+    def _eager(self, config: Mapping[str, Scalar], draft: int) -> bool:
+        if self._graph_key is None:
+            return False
+        graph = config.get(self._graph_key)
+        if not isinstance(graph, int) or isinstance(graph, bool):
+            return False
+        return self._concurrency * draft > graph
+
+    def _system(self, config: Mapping[str, Scalar]) -> str:
+        return config_key({k: v for k, v in config.items() if k not in _TREE_KEYS})
+
+    def _predictor(self, anchor: Mapping[str, Scalar]) -> TreePredictor:
+        """The tree predictor fitted on the measured trees (those on the anchor's knobs first)."""
+        results = [
+            TreeResult(
+                tree=(tree := tree_of(t.config, self.spec)),
+                throughput=t.value or 0.0,
+                accept_length=t.accept_length,
+                eager=self._eager(t.config, tree.ran),
+                system=self._system(t.config),
+            )
+            for t in self.trials
+            if t.ok and self._static_tree(t.config)
+        ]
+        return TreePredictor(results, system=self._system(anchor))
+
+    def _predict(self, predictor: TreePredictor, system: Mapping[str, Scalar], tree: Tree) -> float:
+        """Predicted objective (max-mode units) of `tree` on `system`'s knobs."""
+        value = predictor.throughput(tree, eager=self._eager(system, tree.ran))
+        if predictor.empty:
+            # Prior only: scale so the default chain matches the best plain trial.
+            plain = self._best(speculative=False)
+            ref = predictor.throughput(Tree(3, 1, 4, 4, tree.head), eager=False)
+            return value * (plain.value or 0.0 if plain else 1.0) / ref
+        return value
+
+    def _anchor(self) -> Config:
+        best = self._best()
+        return dict(best.config if best is not None else self.trials[0].config)
+
+    def _rank(self, *, seen: set[str]) -> Config | None:
+        anchor = self._anchor()
+        predictor = self._predictor(anchor)
+        systems = [(anchor, 1.0)] + [
+            (n, _NEIGHBOUR_DISCOUNT) for n in self._system_neighbours(anchor)
+        ]
+        # A tree measured once is tuned further by the system-knob steps, not here: one knob
+        # away from the anchor only go the trees that never ran (a failure may be the knob's).
+        measured = {
+            tree_of(t.config, self.spec).runs_as
+            for t in self.trials
+            if t.ok and self._static_tree(t.config)
+        }
+        # Score bounds first (the failure term only lowers a score), then launchable
+        # configurations in bound order until no bound can beat the best score found.
+        bounds: list[tuple[float, float, Config, Tree]] = []
+        for system, weight in systems:
+            for tree in self._trees:
+                if weight < 1.0 and tree.runs_as in measured:
+                    continue
+                predicted = self._predict(predictor, system, tree)
+                bound = math.log(max(predicted * weight, 1e-12))
+                bounds.append((bound, self._rng.random(), system, tree))
+        bounds.sort(key=lambda item: (-item[0], item[1]))
+        best: tuple[float, float, Config] | None = None
+        for bound, tie, system, tree in bounds:
+            if best is not None and bound < best[0]:
+                break
+            launch = self._launch_tree(system, tree, seen=seen)
+            if launch is None:
+                continue
+            score = bound + self._risk(launch)
+            if best is None or (score, -tie) > (best[0], -best[1]):
+                best = (score, tie, launch)
+        return None if best is None else best[2]
+
+    def _launch_tree(
+        self, system: Mapping[str, Scalar], tree: Tree, *, seen: set[str]
+    ) -> Config | None:
+        """`system`'s knobs with `tree`, as launched (None: rejected, inexpressible or seen)."""
+        values = {key: v for key, v in system.items() if key not in _TREE_KEYS}
+        values[ALGORITHM] = self._algorithm
+        values[STEPS], values[TOPK] = tree.steps, tree.topk
+        if _ADAPTIVE in self.spec.params:
+            values[_ADAPTIVE] = False  # a tree is a static configuration
+        if DRAFT_TOKENS in self.spec.params:
+            values[DRAFT_TOKENS] = tree.draft
+        if tree.head:
+            values[DRAFT_PATH] = tree.head
+        config = self._complete(values, what="tree")
+        return None if config is None else self.unseen_launch(config, seen=seen)
+
+    def _untried_head(self, *, seen: set[str]) -> Config | None:
+        """The best speculative trial's configuration with a draft model no trial used yet."""
+        if DRAFT_PATH not in self.spec.params:
+            return None
+        best = self._best(speculative=True, tree=True)
+        if best is None:
+            return None
+        tried = {t.config.get(DRAFT_PATH) for t in self.trials if self._speculative(t.config)}
+        tree = tree_of(best.config, self.spec)
+        for head in self.spec.params[DRAFT_PATH].values():
+            if head in tried:
+                continue
+            moved = Tree(tree.steps, tree.topk, tree.draft, tree.ran, str(head))
+            launch = self._launch_tree(best.config, moved, seen=seen)
+            if launch is not None:
+                return launch
+        return None
+
+    def _explore(self, *, seen: set[str]) -> Config | None:
+        """A model-free tree: in turn, a greedy step around the best tree (on its knobs) and a
+        tree drawn uniformly from the valid ones (on the best trial's knobs)."""
+        self._explore_turn += 1
+        best_spec = self._best(speculative=True, tree=True)
+        if self._explore_turn % 2 == 1 and best_spec is not None:
+            around = tree_neighbours(tree_of(best_spec.config, self.spec), self._trees)
+            step = self._draw_tree(best_spec.config, around, seen=seen)
+            if step is not None:
+                self.last_source = "greedy"
+                return step
+        self.last_source = "uniform"
+        return self._draw_tree(self._anchor(), self._trees, seen=seen)
+
+    def _draw_tree(
+        self, system: Mapping[str, Scalar], trees: Sequence[Tree], *, seen: set[str]
+    ) -> Config | None:
+        """One of `trees` on `system`'s knobs, drawn uniformly among the unseen ones likely to
+        run (else the one most likely to run)."""
+        options: list[tuple[float, Config]] = []
+        for tree in trees:
+            launch = self._launch_tree(system, tree, seen=seen)
+            if launch is not None:
+                options.append((self._risk(launch), launch))
+        if not options:
+            return None
+        likely = [launch for risk, launch in options if risk >= _EXPLORE_RISK]
+        if likely:
+            return self._rng.choice(likely)
+        return max(options, key=lambda o: o[0])[1]

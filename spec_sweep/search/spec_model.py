@@ -21,7 +21,6 @@ throughput is proportional to `L / cost`.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,6 +34,8 @@ _GRID_R = tuple(x / 100 for x in range(70, 101, 3))
 _GRID_G = tuple(x / 100 for x in range(0, 71, 5))
 _TOPK_COST = 0.08
 _EAGER_PRIOR = 1.6
+#: The (a, r, g) grid as arrays, in `itertools.product` order (the fit scans it at once).
+_GRID = np.asarray(list(itertools.product(_GRID_A, _GRID_R, _GRID_G))).T
 
 
 def depth_widths(steps: int, topk: int, draft_tokens: int) -> list[int]:
@@ -58,6 +59,19 @@ def accept_length(a: float, r: float, g: float, widths: Sequence[int]) -> float:
         p = min(0.999, a * r**d)
         prob *= 1.0 - (1.0 - p) * (1.0 - g) ** (width - 1)
         length += prob
+    return length
+
+
+def _grid_accept_length(widths: Sequence[int]) -> np.ndarray:
+    """`accept_length` at every (a, r, g) of the fitting grid at once."""
+    a, r, g = _GRID
+    length, prob = np.ones(a.shape), np.ones(a.shape)
+    for d, width in enumerate(widths):
+        if width == 0:
+            break
+        p = np.minimum(0.999, a * r**d)
+        prob = prob * (1.0 - (1.0 - p) * (1.0 - g) ** (width - 1))
+        length = length + prob
     return length
 
 
@@ -90,14 +104,14 @@ class SpecModel:
         ]
         if not data:
             return _PRIOR
-        best, best_err = _PRIOR, math.inf
-        for a, r, g in itertools.product(_GRID_A, _GRID_R, _GRID_G):
-            err = sum((accept_length(a, r, g, w) - obs) ** 2 for w, obs in data)
-            # A weak pull to the prior keeps one observation from fixing three parameters.
-            err += 0.02 * ((a - _PRIOR[0]) ** 2 + (r - _PRIOR[1]) ** 2 + (g - _PRIOR[2]) ** 2)
-            if err < best_err:
-                best, best_err = (a, r, g), err
-        return best
+        a, r, g = _GRID
+        err = np.zeros(a.shape)
+        for widths, obs in data:
+            err += (_grid_accept_length(widths) - obs) ** 2
+        # A weak pull to the prior keeps one observation from fixing three parameters.
+        err += 0.02 * ((a - _PRIOR[0]) ** 2 + (r - _PRIOR[1]) ** 2 + (g - _PRIOR[2]) ** 2)
+        i = int(np.argmin(err))  # the first of equal errors, as a scan in grid order keeps
+        return float(a[i]), float(r[i]), float(g[i])
 
     def _features(self, steps: int, topk: int, draft_tokens: int) -> list[float]:
         return [1.0, steps * (1.0 + _TOPK_COST * (topk - 1)), float(draft_tokens)]

@@ -26,6 +26,27 @@ def test_draft_model_only_for_algorithms_that_draft_with_a_model() -> None:
     assert "--speculative-draft-model-path" not in build_command(spec, baseline, port=1).argv
 
 
+def test_a_searched_draft_model_is_the_trials_own() -> None:
+    spec = load_spec(ROOT / "tests" / "real" / "matrix.yaml")
+    node = spec.node.model_copy(update={"draft_model": ("/m/a", "/m/b")})
+    spec = spec.model_copy(update={"node": node})
+    second = resolve_config(
+        spec,
+        {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/m/b"},
+        what="test",
+    )
+    argv = build_command(spec, second, port=20000).argv
+    assert argv.count("--speculative-draft-model-path") == 1
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/m/b"
+    first = resolve_config(spec, {"speculative-algorithm": "EAGLE3"}, what="test")
+    assert first["speculative-draft-model-path"] == "/m/a"  # the default: the first listed
+    argv = build_command(spec, first, port=20000).argv
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "/m/a"
+    baseline = resolve_config(spec, dict(spec.baseline), what="test")
+    assert "speculative-draft-model-path" not in baseline
+    assert "--speculative-draft-model-path" not in build_command(spec, baseline, port=1).argv
+
+
 def test_local_model_paths_are_relative_to_the_spec(tmp_path: Path) -> None:
     # A trial's server runs in a Ray worker's folder: a relative model path must not depend on
     # the folder the user ran the command from (seen on a real GPU: every trial failed to load).

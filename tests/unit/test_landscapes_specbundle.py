@@ -178,9 +178,20 @@ def test_generation_is_deterministic_per_seed(land: fam.Landscape) -> None:
     assert fam.spec_yaml(fam.draw_node(8)) != fam.spec_yaml(again)
 
 
-def test_pinned_head_spec_loads_with_todays_loader(land: fam.Landscape, tmp_path: Path) -> None:
+def test_full_spec_lists_the_heads_in_draft_model(land: fam.Landscape, tmp_path: Path) -> None:
+    fam.build(7, tmp_path)
+    spec = load_spec(tmp_path / "specbundle-7.yaml")
+    heads = tuple(h.path for h in land.node.heads)
+    assert len(heads) > 1
+    assert spec.node.draft_model == heads
+    assert spec.params[fam.HEAD].choices == heads
+    assert list(spec.params)[:2] == [fam.ALGO, fam.HEAD]
+    assert fam.HEAD not in spec.search_space.params
+
+
+def test_pinned_head_spec_loads(land: fam.Landscape, tmp_path: Path) -> None:
     pinned = fam.build(7, tmp_path, draft_head=0)
-    spec = load_spec(tmp_path / "specbundle-7.yaml")  # today's loader, no special path
+    spec = load_spec(tmp_path / "specbundle-7.yaml")
     assert fam.HEAD not in spec.params
     assert spec.node.draft_model == land.node.heads[0].path
     path = tmp_path / "b7-pinned.csv"

@@ -33,6 +33,17 @@ def test_run_name_of_an_eagle3_trial() -> None:
         "speculative-num-draft-tokens": 4,
     }
     assert run_name("t0008", config, BASELINE) == "t0008 EAGLE3 s3 k1 d4"
+    head = {
+        **BASELINE,
+        "speculative-algorithm": "EAGLE3",
+        "speculative-draft-model-path": "lmsys/SGLang-EAGLE3-Qwen3-SpecForge",
+        "speculative-num-steps": 3,
+        "speculative-eagle-topk": 1,
+        "speculative-num-draft-tokens": 4,
+    }
+    assert run_name("t0009", head, BASELINE) == (
+        "t0009 EAGLE3 draft=SGLang-EAGLE3-Qwen3-SpecForge s3 k1 d4"
+    )
 
 
 def test_run_name_spells_flags_and_nulls() -> None:

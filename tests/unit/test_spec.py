@@ -71,6 +71,22 @@ def test_good_spec_loads(tmp_path: Path) -> None:
     assert spec.source == str((tmp_path / "sweep.yaml").resolve())
 
 
+def test_several_draft_models_are_a_searched_parameter(tmp_path: Path) -> None:
+    text = GOOD.replace("draft_model: /models/draft", "draft_model: [/m/a, ./m/b]")
+    spec = load_spec(write(tmp_path, text))
+    heads = ("/m/a", str((tmp_path / "m" / "b").resolve()))
+    assert spec.node.draft_models == heads
+    assert list(spec.params)[:2] == ["speculative-algorithm", "speculative-draft-model-path"]
+    head = spec.params["speculative-draft-model-path"]
+    assert head.choices == heads
+    assert head.default == "/m/a"
+    assert head.when == {"speculative-algorithm": "EAGLE3"}
+    assert "speculative-draft-model-path" not in spec.search_space.params
+    one = load_spec(write(tmp_path, GOOD.replace("/models/draft", "[/models/draft]")))
+    assert "speculative-draft-model-path" not in one.params
+    assert one.node.draft_models == ("/models/draft",)
+
+
 def test_spec_is_frozen(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path, GOOD))
     with pytest.raises(ValueError, match="frozen"):
@@ -366,6 +382,47 @@ BAD = [
         None,
         "node.draft_model",
         "draft model",
+    ),
+    (
+        "empty list of draft models",
+        lambda s: s.replace("draft_model: /models/draft", "draft_model: []"),
+        None,
+        "node.draft_model",
+        "list of draft models is empty",
+    ),
+    (
+        "a draft model listed twice",
+        lambda s: s.replace("draft_model: /models/draft", "draft_model: [/m/a, /m/b, /m/a]"),
+        None,
+        "node.draft_model",
+        "'/m/a' is listed twice: remove the duplicate",
+    ),
+    (
+        "draft models listed where nothing drafts with one",
+        lambda s: s.replace("draft_model: /models/draft", "draft_model: [/m/a, /m/b]"),
+        FRAGMENT.replace("EAGLE3", "NGRAM"),
+        "node.draft_model",
+        "no speculative algorithm of the search space drafts with a model",
+    ),
+    (
+        "the draft model searched by hand",
+        lambda s: s.replace(
+            "    env.NCCL_ALGO:",
+            "    speculative-draft-model-path: {choices: [/m/a, /m/b]}\n    env.NCCL_ALGO:",
+        ),
+        None,
+        "search_space.params.speculative-draft-model-path",
+        "list the draft models in node.draft_model",
+    ),
+    (
+        "a baseline draft model that is not listed",
+        lambda s: s.replace("draft_model: /models/draft", "draft_model: [/m/a, /m/b]").replace(
+            "baseline: {speculative-algorithm: null}",
+            "baseline: {speculative-algorithm: EAGLE3, speculative-draft-model-path: /m/c}",
+        ),
+        None,
+        "baseline.speculative-draft-model-path",
+        "'/m/c' is not a value",
     ),
     (
         "deprecated flag",

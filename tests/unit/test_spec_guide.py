@@ -13,11 +13,14 @@ from typing import Any
 import optuna
 import pytest
 
-from spec_sweep.core.config import baseline_config, config_key
+from spec_sweep.core.config import baseline_config, config_key, normalize_config, resolve_config
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.search.searcher import SweepSearcher
+from spec_sweep.search.spec_guide import SpecGuide
 from spec_sweep.search.tree_rules import check_tree
+from spec_sweep.search.trees import tree_of
+from spec_sweep.spec_load import load_spec
 from spec_sweep.store.replay import load_replay
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -164,3 +167,155 @@ def test_adaptive_trials_are_not_trees_to_the_guide(tmp_path: Path) -> None:
     searcher = SweepSearcher(spec, history=history, requeue=[], next_index=3)
     proposed = [searcher.suggest(f"k{i}") for i in range(6)]
     assert all(p is not None for p in proposed)
+
+
+# -- models that are tested: constructed cases -------------------------------------------------
+
+SPACE = """\
+name: tested
+node:
+  model: /m/target
+  draft_model: [/m/a, /m/b]
+  gpus: 8
+  sglang_version: "0.5.23"
+search_space:
+  params:
+    speculative-algorithm: {choices: [null, EAGLE3]}
+    speculative-num-steps: {choices: [1, 2, 3, 4, 6], default: 3,
+                            when: {speculative-algorithm: EAGLE3}}
+    speculative-eagle-topk: {choices: [1, 2, 4], default: 1, when: {speculative-algorithm: EAGLE3}}
+    speculative-num-draft-tokens: {choices: [2, 4, 8, 16], default: 4,
+                                   when: {speculative-algorithm: EAGLE3}}
+    cuda-graph-max-bs-decode: {choices: [16, 64, 256], default: 256}
+    mem-fraction-static: {choices: [0.75, 0.85, 0.9], default: 0.85}
+baseline: {speculative-algorithm: null}
+budget: {trials: 40}
+"""
+
+
+@pytest.fixture
+def tested_spec(tmp_path: Path) -> Any:
+    path = tmp_path / "tested.yaml"
+    path.write_text(SPACE)
+    return load_spec(path)
+
+
+def _tree_config(spec: Any, steps: int, topk: int, draft: int, head: str = "/m/a") -> Any:
+    return normalize_config(
+        spec,
+        resolve_config(
+            spec,
+            {
+                ALGO: "EAGLE3",
+                "speculative-draft-model-path": head,
+                "speculative-num-steps": steps,
+                "speculative-eagle-topk": topk,
+                "speculative-num-draft-tokens": draft,
+            },
+            what="test",
+        ),
+    )
+
+
+def _predicted(guide: SpecGuide, config: Any) -> tuple[float, float]:
+    """What the guide's tree predictor says of `config` now (before it is observed)."""
+    predictor = guide._predictor(config)
+    tree = tree_of(config, guide.spec)
+    return guide._predict(predictor, config, tree), predictor.accept_length(tree)
+
+
+def test_a_wrong_tree_model_gives_its_turns_to_exploration_and_earns_them_back(
+    tested_spec: Any,
+) -> None:
+    spec = tested_spec
+    guide = SpecGuide(spec, seed=0)
+    guide.observe(baseline_config(spec), value=100.0, metrics={})
+    trees = [(3, 1, 4), (2, 1, 3), (4, 2, 8), (6, 4, 16), (1, 2, 2), (4, 4, 16)]
+    # Measurements the model's physics cannot follow: throughput and accept length jump
+    # between neighbouring trees (as on a node whose trees do not behave as it assumes).
+    for i, (s, k, d) in enumerate(trees):
+        wild = 2.5 if i % 2 else 0.4
+        config = _tree_config(spec, s, k, d)
+        throughput, length = _predicted(guide, config)
+        guide.observe(
+            config, value=throughput * wild, metrics={"accept_length": max(1.0, length * wild)}
+        )
+    assert not guide.trees_check.trusted
+    seen: set[str] = {config_key(t.config) for t in guide.trials}
+    sources = set()
+    for _ in range(6):
+        proposal = guide.propose(seen=seen)
+        assert proposal is not None
+        assert check_tree(proposal).runs
+        sources.add(guide.last_source)
+        seen.add(config_key(proposal))
+    assert sources <= {"draft model", "greedy", "uniform"}
+    assert {"greedy", "uniform"} <= sources
+    # Measurements that match what the model predicts: it earns its turns back.
+    for s, k, d in [(2, 2, 4), (3, 2, 4), (4, 1, 5), (2, 4, 8)]:
+        config = _tree_config(spec, s, k, d, head="/m/b")
+        throughput, length = _predicted(guide, config)
+        guide.observe(config, value=throughput, metrics={"accept_length": length})
+        if guide.trees_check.trusted:
+            break
+    assert guide.trees_check.trusted
+    assert guide.trees_check.switches[-1][1] is True
+    assert guide.propose(seen=seen) is not None
+    assert guide.last_source == "model"
+
+
+def test_a_wrong_knob_model_steps_uniformly(tested_spec: Any) -> None:
+    spec = tested_spec
+    guide = SpecGuide(spec, seed=0)
+    base = baseline_config(spec)
+    values = {16: 1.0, 64: 1.0, 256: 1.0}
+    for i, graph in enumerate([16, 64, 256, 16, 64, 256]):
+        mem = [0.75, 0.85, 0.9][i % 3]
+        config = {**base, "cuda-graph-max-bs-decode": graph, "mem-fraction-static": mem}
+        # no additive law: the objective of one configuration is unrelated to the others'
+        guide.observe(config, value=100.0 * values[graph] * (3.0 if i % 2 else 0.5), metrics={})
+    assert not guide.knobs_check.trusted
+    seen = {config_key(t.config) for t in guide.trials}
+    step = guide.exploit(seen=seen)
+    assert step is not None
+    assert guide.last_source == "uniform"
+    assert config_key(step) not in seen
+
+
+def test_every_draft_model_is_tried_once(tested_spec: Any) -> None:
+    spec = tested_spec
+    guide = SpecGuide(spec, seed=0)
+    guide.observe(baseline_config(spec), value=100.0, metrics={})
+    first = _tree_config(spec, 3, 1, 4)
+    guide.observe(first, value=120.0, metrics={"accept_length": 2.4})
+    proposal = guide.propose(seen={config_key(t.config) for t in guide.trials})
+    assert guide.last_source == "draft model"
+    assert proposal is not None
+    assert proposal["speculative-draft-model-path"] == "/m/b"
+    assert tree_of(proposal, spec) == tree_of(first, spec).__class__(3, 1, 4, 4, "/m/b")
+
+
+@pytest.fixture(scope="module")
+def b18(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A family-B tuning node whose optimum is a chain on its second draft model."""
+    import landscapes_specbundle
+
+    return landscapes_specbundle.build(18, tmp_path_factory.mktemp("b18"))
+
+
+def test_draft_models_are_searched_and_the_run_is_seeded(b18: Any) -> None:
+    head = "speculative-draft-model-path"
+    assert len(b18.spec.params[head].values()) == 2
+    runs = [drive(b18, 40, seed=18), drive(b18, 40, seed=18)]
+    assert runs[0] == runs[1]  # the same proposals for the same seed
+    trials = runs[0]
+    launched = {c.get(head) for c, _, _ in trials if c.get(ALGO) is not None}
+    assert launched == set(b18.spec.params[head].values())
+    optimum = max(
+        r.metrics["output_throughput"]
+        for r in b18.table.rows.values()
+        if r.failure_mode is FailureMode.NONE
+    )
+    best = max(t[2] for t in trials if t[1] is FailureMode.NONE)
+    assert best >= 0.9 * optimum  # before draft models were searched: 0.64
+    assert drive(b18, 40, seed=19) != trials
