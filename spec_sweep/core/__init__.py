@@ -12,7 +12,9 @@ none of them):
 - `objective`: `Objective`, what "better" means (value, direction, speed-up, constraints);
 - `history`: `History`, a sweep's records and the one ranking rule;
 - `confirm` and `verdict`: the confirmation boots to run next, and what they decided;
-- `loads` and `cost`: the winner per concurrency level, the crossover, and what it all cost.
+- `loads` and `cost`: the winner per concurrency level, the crossover, and what it all cost;
+- `adaptive_rules`, `adaptive` and `adaptive_judge`: one configuration for every load (SGLang's
+  adaptive rules, the adaptive configuration built from per-level results, its boots and verdict).
 
 This package imports nothing on its own.
 """
