@@ -22,8 +22,8 @@
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
-# short loses the least: draft-0.5.17 matrix-0.5.17 adaptive-0.5.17 quality-all sweep-0.5.17
-# matrix-0.5.13 sweep-0.5.13.
+# short loses the least: draft-0.5.17 matrix-0.5.17 adaptive-0.5.17 matrix-0.5.13 hours-0.5.17
+# quality-all sweep-0.5.17 sweep-0.5.13.
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
 #                on the GPU from the target's own generations; it replaces the random-weight
 #                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
@@ -36,6 +36,9 @@
 #                head at 1, 8 and 32 concurrent requests, the adaptive config built from them booted
 #                and measured at the same levels (ADAPTIVE_SWEEP=1 adds the whole sweep with its
 #                adaptive phase); results/adaptive-summary.json
+#   hours-V      tests/real/test_node_hours_real.py: boot phases, the memory rule at both ends of
+#                the real boundary, pinned compile caches cold then warm, the weight cache
+#                (0.5.17+) against a disk boot; results/node-hours-*.json
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
 # Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
@@ -48,7 +51,7 @@ REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 matrix-0.5.17 adaptive-0.5.17 quality-all sweep-0.5.17 matrix-0.5.13 sweep-0.5.13}"
+JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 matrix-0.5.17 adaptive-0.5.17 matrix-0.5.13 hours-0.5.17 quality-all sweep-0.5.17 sweep-0.5.13}"
 # 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
 PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
@@ -280,6 +283,9 @@ cmd_job() {
       SPEC_SWEEP_REAL_ADAPTIVE_SWEEP="${ADAPTIVE_SWEEP:-0}" \
         "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -40 "$out/pytest.log" ;;
+    hours)
+      "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_node_hours_real.py >"$out/pytest.log" 2>&1
+      rc=$?; tail -30 "$out/pytest.log" ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
         "$PY" -m pytest -p no:cacheprovider -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
