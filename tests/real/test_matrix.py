@@ -24,10 +24,13 @@ _DECODE = re.compile(r"#running-req: (\d+),.*gen throughput \(token/s\): ([\d.]+
 _ACCEPT = re.compile(r"accept len: ([\d.]+)")
 
 
-def _server_decode_speed(log: str, running: int) -> float | None:
+def _server_decode_range(log: str, running: int) -> tuple[float, float, float] | None:
+    """The lowest, median and highest of SGLang's decode-throughput lines at `running`."""
     speeds = [float(m.group(2)) for m in _DECODE.finditer(log) if int(m.group(1)) == running]
     speeds = [s for s in speeds if s > 0]
-    return statistics.median(speeds) if speeds else None
+    if not speeds:
+        return None
+    return min(speeds), statistics.median(speeds), max(speeds)
 
 
 def _ok(result: dict[str, Any]) -> None:
@@ -45,13 +48,17 @@ def test_baseline_three_boots(matrix: Path, out_dir: Path) -> None:
         metrics = result["metrics"]
         assert metrics["output_throughput_c1"] > 0
         assert metrics["gpu_mem_peak_gib"] > 1.0
-        server = _server_decode_speed(result["server_log"], running=1)
+        server = _server_decode_range(result["server_log"], running=1)
         if server is not None:
-            # Our figure includes prefill and the gaps between requests; SGLang's decode log does
-            # not, so ours may only be lower, and by little at 64 output tokens.
-            ratio = metrics["output_throughput_c1"] / server
-            print(f"boot {boot}: ours {metrics['output_throughput_c1']:.1f}, SGLang {server:.1f}")
-            assert 0.6 < ratio < 1.1
+            # SGLang's "gen throughput" line covers its last 40 decode steps, prefills and idle
+            # gaps included, so one line can read above or below a whole-run figure (on the H200
+            # with the real checkpoint: 316-515 tok/s around our 373 on 0.5.17, 359-884 around
+            # our 533 on 0.5.13). Ours, the whole run's mean, must lie within the range of its
+            # lines.
+            low, median, high = server
+            ours = metrics["output_throughput_c1"]
+            print(f"boot {boot}: ours {ours:.0f}, SGLang {low:.0f}-{high:.0f} ({median:.0f})")
+            assert low <= ours <= high
         speeds.append(metrics["output_throughput_c1"])
     print(f"baseline c1 over 3 boots: {speeds}")
 

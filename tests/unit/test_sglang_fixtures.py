@@ -132,3 +132,20 @@ def test_the_simulated_startup_timings_line_and_server_info_are_the_real_ones() 
     real, sim = info["startup_time"], boot.startup_time()
     assert set(real) == set(sim)
     assert set(real["cuda_graph"]) == set(sim["cuda_graph"])
+
+
+def test_the_simulated_adaptive_lines_read_like_the_real_ones() -> None:
+    """SGLang 0.5.17's adaptive mode, on the H200 with a per-batch-size config: the simulator's
+    "Built adaptive runtime state" and "Switch adaptive runtime state" lines have the real
+    wording (numbers aside)."""
+    from spec_sweep.sim import adaptive
+
+    log = _log("adaptive-per-batch.log", "0.5.17")
+    real = {
+        _shape(line.split("] ", 1)[-1]) for line in log.splitlines() if "adaptive runtime" in line
+    }
+    built = adaptive.BUILT_LINE.format(steps=1, elapsed=4.28, mem=0.16)
+    switch = adaptive.SWITCH_LINE.format(old=5, new=3, old_dt=6, new_dt=4)
+    assert _shape(built) in real
+    assert _shape(switch) in real
+    assert "speculative_adaptive disabled" not in log
