@@ -63,8 +63,9 @@ landscape's optimum ("opt"); since no search reaches the optimum on every node i
 that node or better ("today's answer"). Hours: the median over seeds and the total.
 
 Run: `.venv/bin/python benchmarks/node_hours.py --markdown` (both families' test seeds, about
-30 minutes on 2 busy cores); `--family tuning` for the seeds the settings were chosen on;
-`--families a`, `--seeds 100-109`; `--campaign` for the write-up's node.
+4 minutes on the 2-core development machine, 2026-12-01); `--family tuning` for the seeds the
+settings were chosen on; `--families a`, `--seeds 100-109`; `--campaign` for the write-up's
+node.
 """
 
 from __future__ import annotations

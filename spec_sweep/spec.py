@@ -222,7 +222,7 @@ class NodeSpec(_Model):
         False,
         description="Start SGLang's weight-cache daemon (0.5.17+) once per node for the "
         "baseline's model and layout, and boot every non-speculative trial that loads those "
-        "weights as its client (README, 'Cheaper boots').",
+        "weights as its client (README, 'Node-hours').",
     )
     compile_cache: bool | str = Field(
         True,
