@@ -16,14 +16,16 @@ Strategies:
   confirmation of the top 3 with 3 fresh boots each and up to 6 while tied, the baseline once
   more; every boot loads its weights from disk; the first boot of the sweep pays the JIT
   compile (caches not pinned: a fresh container).
-* **new**: the new defaults: `budget.until: converged` (`patience` 10, the 40 trials as the
-  cap), SGLang's memory rule before each launch (`core.memory`; the facts come from the
-  baseline's log: the node's GPU memory and the landscape's weights per GPU), confirmation with
-  2 fresh boots each before judging and up to 4 while undecided, compile caches pinned (no JIT:
-  warm from an earlier sweep on the node).
-* **new + weight cache**: the same sweep with `node.weight_cache: true` (off by default): after
-  the baseline, SGLang's weight-cache daemon loads the weights once, and every
-  non-speculative trial on the baseline's parallel layout boots as its client.
+* **new defaults**: what changed by default: SGLang's memory rule before each launch
+  (`core.memory`; the facts come from the baseline's log: the node's GPU memory and the
+  landscape's weights per GPU), confirmation with 2 fresh boots each before judging and up to 4
+  while undecided, compile caches pinned (no JIT: warm from an earlier sweep on the node); the
+  search still spends its 40 trials.
+* **+ until: converged** (opt-in, `budget.until: converged`, `patience` 15): the search stops
+  once converged, 40 trials at most.
+* **+ node.weight_cache** (opt-in, off by default): the same with SGLang's weight-cache daemon:
+  after the baseline, the daemon loads the weights once, and every non-speculative trial on the
+  baseline's parallel layout boots as its client.
 * **auto_benchmark**: SGLang's `auto_benchmark` tier-2 plan (`search_efficiency.py`), every
   candidate booted once, the best single measurement as the answer, no confirmation.
 * **hand campaign** (`--campaign`, the write-up's node, `benchmarks/grids/pcie.yaml`): the
@@ -61,8 +63,9 @@ landscape's optimum ("opt"); since no search reaches the optimum on every node i
 that node or better ("today's answer"). Hours: the median over seeds and the total.
 
 Run: `.venv/bin/python benchmarks/node_hours.py --markdown` (both families' test seeds, about
-30 minutes on 2 busy cores); `--family tuning` for the seeds the settings were chosen on;
-`--families a`, `--seeds 100-109`; `--campaign` for the write-up's node.
+4 minutes on the 2-core development machine, 2026-12-01); `--family tuning` for the seeds the
+settings were chosen on; `--families a`, `--seeds 100-109`; `--campaign` for the write-up's
+node.
 """
 
 from __future__ import annotations
@@ -352,8 +355,7 @@ NEW = Settings(
     "new defaults",
     {
         "trials": 40,
-        "until": "converged",
-        "patience": 10,
+        "until": "trials",
         "confirm": 3,
         "confirm_repeats": 2,
         "confirm_max_repeats": 4,
@@ -362,8 +364,15 @@ NEW = Settings(
     BootPlan(jit_first=False, weight_cache=False),
     memory_rule=True,
 )
+CONVERGED = replace(
+    NEW,
+    label="new + until: converged",
+    budget={**NEW.budget, "until": "converged", "patience": 15},
+)
 NEW_CACHE = replace(
-    NEW, label="new + node.weight_cache", plan=BootPlan(jit_first=False, weight_cache=True)
+    CONVERGED,
+    label="new + until: converged + node.weight_cache",
+    plan=BootPlan(jit_first=False, weight_cache=True),
 )
 AUTO_LABEL = "auto_benchmark tier-2 plan"
 
@@ -556,8 +565,10 @@ def run_family(
     table: dict[str, Settings | None] = {
         "today": TODAY,
         "new": NEW,
+        "converged": CONVERGED,
         "cache": NEW_CACHE,
         "auto": None,
+        **VARIANTS,
     }
     rows = [Row(AUTO_LABEL if table[k] is None else table[k].label) for k in strategies]  # type: ignore[union-attr]
     for node in nodes:
@@ -645,11 +656,11 @@ def campaign(noise: float, seeds: int) -> None:
     print_rows(f"the write-up's node (PCIe grid, {seeds} seeds)", [rows[1], rows[2], rows[0]])
 
 
-def _tune(args: argparse.Namespace) -> None:
-    """Apply the tuning options to the new defaults (tune on tuning seeds only)."""
-    global NEW, NEW_CACHE
+def _tune(args: argparse.Namespace) -> list[str]:
+    """Apply the tuning options to the new defaults (tune on tuning seeds only); returns the
+    strategies to run (one `new` row per patience given)."""
+    global NEW, CONVERGED, NEW_CACHE
     given = {
-        "patience": args.patience,
         "confirm": args.confirm,
         "confirm_repeats": args.repeats,
         "confirm_max_repeats": args.max_repeats,
@@ -657,8 +668,23 @@ def _tune(args: argparse.Namespace) -> None:
     changes = {k: v for k, v in given.items() if v is not None}
     if changes:
         NEW = replace(NEW, budget={**NEW.budget, **changes})
+        CONVERGED = replace(CONVERGED, budget={**CONVERGED.budget, **changes})
         NEW_CACHE = replace(NEW_CACHE, budget={**NEW_CACHE.budget, **changes})
         print(f"new defaults changed for tuning: {changes}")
+    strategies = list(args.strategies)
+    for patience in args.patience or []:
+        key = f"new-p{patience}"
+        VARIANTS[key] = replace(
+            CONVERGED,
+            label=f"new + until: converged, patience {patience}",
+            budget={**CONVERGED.budget, "patience": patience},
+        )
+        strategies.insert(strategies.index("new") + 1 if "new" in strategies else 1, key)
+    return strategies
+
+
+#: Tuning variants of the new defaults (`--patience`).
+VARIANTS: dict[str, Settings] = {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -671,8 +697,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--strategies",
         nargs="+",
-        default=["today", "new", "cache", "auto"],
-        choices=["today", "new", "cache", "auto"],
+        default=["today", "new", "converged", "cache", "auto"],
+        choices=["today", "new", "converged", "cache", "auto"],
     )
     parser.add_argument(
         "--campaign",
@@ -682,7 +708,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also the write-up's node: the hand campaign against ours",
     )
     parser.add_argument("--markdown", action="store_true", help="(tables are markdown)")
-    parser.add_argument("--patience", type=int, help="tuning: the new defaults' patience")
+    parser.add_argument(
+        "--patience",
+        type=int,
+        nargs="+",
+        help="tuning: the new defaults' patience (several: a row each)",
+    )
     parser.add_argument("--confirm", type=int, help="tuning: the new defaults' confirm")
     parser.add_argument("--repeats", type=int, help="tuning: the new confirm_repeats")
     parser.add_argument("--max-repeats", type=int, help="tuning: the new confirm_max_repeats")
@@ -699,11 +730,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.quiet:
             print(text, flush=True)
 
-    _tune(args)
+    strategies = _tune(args)
     with tempfile.TemporaryDirectory() as tmp:
         for family in args.families:
             nodes = family_nodes(family, seeds, Path(tmp))
-            rows = run_family(nodes, noise=args.noise, strategies=args.strategies, log=log)
+            rows = run_family(nodes, noise=args.noise, strategies=strategies, log=log)
             print_rows(f"family {family.upper()}, {args.family} seeds ({len(nodes)})", rows)
     if args.campaign:
         campaign(args.noise, args.campaign)

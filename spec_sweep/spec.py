@@ -222,7 +222,7 @@ class NodeSpec(_Model):
         False,
         description="Start SGLang's weight-cache daemon (0.5.17+) once per node for the "
         "baseline's model and layout, and boot every non-speculative trial that loads those "
-        "weights as its client (README, 'Cheaper boots').",
+        "weights as its client (README, 'Node-hours').",
     )
     compile_cache: bool | str = Field(
         True,
@@ -484,7 +484,12 @@ class BudgetSpec(_Model):
         description="After the search budget, boot the top N configurations again, interleaved, "
         "and declare the winner on the pooled boots (0: off; docs/design.md, 'Confirmation').",
     )
-    confirm_repeats: int = Field(3, ge=1, description="Extra boots of each confirmed config.")
+    confirm_repeats: int = Field(
+        2,
+        ge=1,
+        description="Fresh boots of each confirmed config before the verdict; later rounds go "
+        "only to the configurations still undecided.",
+    )
     confirm_max_repeats: int | None = Field(
         None,
         ge=1,

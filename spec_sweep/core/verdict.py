@@ -7,8 +7,10 @@ upward by selection, the winner's curse); the between-boot spread is pooled over
 (relative sd, `k * (n - 1)` degrees of freedom) and gives each mean a 95% t interval. The best
 pooled mean wins outright only if a t test of its difference to every other candidate rejects
 equality; otherwise the result is a "tie within noise" and the recommendation is the lower-risk
-of the tied configurations: fewer flags changed from the baseline, then fewer failed
-configurations one step away (nearer a failure boundary), then the higher mean. Drift: every
+of the tied configurations shown to be within `RESOLUTION` of the best (the 95% interval of the
+difference within +-1%): fewer flags changed from the baseline, then fewer failed
+configurations one step away (nearer a failure boundary), then the higher mean; with none shown
+within it, the best mean. Drift: every
 re-measure of the baseline against its first boot; a change larger than the between-boot noise
 allows (the t bound of a difference of two single boots, Bonferroni over the re-measures) is
 "the node changed under the sweep". Standard library and the spec only.
@@ -265,21 +267,36 @@ def _decide(out: Verdict, cands: list[Candidate], *, t: float | None, rel_sd: fl
         return
     out.tie = True
     out.tied = tied
-    pick = min(tied, key=lambda c: (c.changed_flags, c.failed_neighbours, cands.index(c)))
+    # The lower-risk pick is made only among the tied configurations shown to be as good as the
+    # best (the 95% interval of the difference within +-RESOLUTION): a tie that few boots
+    # cannot resolve may still hide a configuration several percent slower.
+    equivalent = [best] + [c for c in tied[1:] if _upper(best, c, t, rel_sd) <= RESOLUTION]
+    pick = min(equivalent, key=lambda c: (c.changed_flags, c.failed_neighbours, cands.index(c)))
     out.recommended = pick
     names = ", ".join(c.trial_id for c in tied)
-    if pick is best:
-        why = "it is also the lowest-risk of them"
+    if pick is best and len(equivalent) == 1:
+        why = (
+            f"the best pooled mean; no other is shown to be within {RESOLUTION:.0%} of it (more "
+            "boots, budget.confirm_max_repeats, would tell)"
+        )
+    elif pick is best:
+        why = "it is also the lowest-risk of those within 1% of the best"
     else:
         why = (
-            f"it changes {pick.changed_flags} flag(s) from the baseline against "
-            f"{best.changed_flags}, with {pick.failed_neighbours} failed configuration(s) one "
-            f"step away against {best.failed_neighbours}"
+            f"within {RESOLUTION:.0%} of the best, it changes {pick.changed_flags} flag(s) from "
+            f"the baseline against {best.changed_flags}, with {pick.failed_neighbours} failed "
+            f"configuration(s) one step away against {best.failed_neighbours}"
         )
     out.reason = (
         f"tie within noise between {names} (differences within the +-{rel_sd:.1%} between-boot "
         f"sd per boot); recommended {pick.trial_id}: {why}"
     )
+
+
+def _upper(best: Candidate, other: Candidate, t: float, rel_sd: float) -> float:
+    """The 95% upper bound of how much `other` may trail `best`, relative."""
+    diff, se = separation(best, other, rel_sd)
+    return diff + t * se
 
 
 #: A drift bound wider than this tells nothing worth knowing: the sweep says it cannot tell.

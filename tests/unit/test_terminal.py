@@ -35,6 +35,7 @@ class _Outcome:
     environment: str | None = None
     out_of_time: bool = False
     warnings: list[str] = field(default_factory=list)
+    converged: str | None = None
 
 
 def _spec(tmp_path: Path, constraints: dict[str, object]) -> SweepSpec:

@@ -81,15 +81,38 @@ def test_tie_within_noise_recommends_lower_risk(tmp_path: Path) -> None:
     assert v.winner is not None
     assert v.winner.trial_id == "t0002"
     assert v.recommended is not None
-    assert v.recommended.trial_id == "t0001"
+    # two boots each, 2.5% apart: A is not shown to be within 1% of B, so the best mean it is
+    assert v.recommended.trial_id == "t0002"
     assert "tie within noise" in v.reason
-    assert "t0001" in v.reason
+    assert "no other is shown to be within 1%" in v.reason
     assert v.winner.ci_low < v.winner.mean < v.winner.ci_high
     assert v.drift is not None
     assert not v.drift.beyond_noise
     m = confirm_metrics(v)
     assert m["confirm_trials"] == 5
     assert m["confirm_tie"] == 1.0
+
+
+def test_the_lower_risk_pick_is_among_those_shown_within_one_percent(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    records = [
+        _rec("t0000", BASE, 100.0),
+        _rec("t0001", A, 110.0),
+        _rec("t0002", B, 111.0),
+        _rec("t0003", BAD, None),
+        _rec("t0002.r1", B, 110.25),
+        _rec("t0001.r1", A, 110.0),
+        _rec("t0002.r2", B, 110.35),
+        _rec("t0001.r2", A, 110.1),
+    ]
+    v = verdict(History(spec, records))
+    assert v is not None
+    assert v.tie
+    assert v.winner is not None
+    assert v.winner.trial_id == "t0002"
+    assert v.recommended is not None
+    assert v.recommended.trial_id == "t0001"  # within 1% of the best, fewer flags changed
+    assert "within 1% of the best, it changes 1 flag(s)" in v.reason
 
 
 def test_clear_winner_and_drift_beyond_noise(tmp_path: Path) -> None:
