@@ -127,6 +127,12 @@ RESULT_FILE = "result.json"
 #: The MLflow run id of an attempt.
 RUN_ID_FILE = "mlflow_run_id"
 
+
+def boot_metric(phase: str) -> str:
+    """The metric of a boot phase (`load_weight` -> `boot_load_weight_s`)."""
+    return f"boot_{phase}_s"
+
+
 # -- where a trial's node-hours went (docs/design.md, "Node-hours") -----------------------------
 #: The boot phases a trial records, each as metric `boot_<phase>_s` (`boot_metric`): seconds
 #: as SGLang timed them (its log lines, or `/server_info` `startup_time` from 0.5.17), and
@@ -154,10 +160,14 @@ TAG_PREDICTED = "spec_sweep.predicted"
 CONFIG_PREDICTED = "__spec_sweep_predicted"
 #: 1 on a trial that booted as a client of SGLang's weight-cache daemon (`node.weight_cache`).
 WEIGHT_CACHE_METRIC = "weight_cache_client"
+#: Where each trial's boot went, as the replay table carries it (`store.replay`): the phases,
+#: the measuring time, the memory facts of its weight load, the weight-cache client flag.
+BOOT_METRICS: tuple[str, ...] = (
+    *(boot_metric(p) for p in BOOT_PHASES),
+    MEASURE_METRIC,
+    AVAIL_METRIC,
+    WEIGHTS_METRIC,
+    WEIGHT_CACHE_METRIC,
+)
 #: The parent run's node-hours split (`core.hours`), `node_hours_<part>`.
 HOURS_PARTS: tuple[str, ...] = ("boot", "measure", "failed", "confirm", "other")
-
-
-def boot_metric(phase: str) -> str:
-    """The metric of a boot phase (`load_weight` -> `boot_load_weight_s`)."""
-    return f"boot_{phase}_s"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from spec_sweep.core.config import Config, config_key, is_active, normalize_config, ordered_keys
+from spec_sweep.core.names import BOOT_METRICS
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.errors import SpecError
 from spec_sweep.spec import SweepSpec, parse_value, spec_metric_names
@@ -153,13 +154,16 @@ def export_columns(spec: SweepSpec) -> list[str]:
 
     Metrics come as `output_throughput`, then `accept_length`, then the other metrics of the MLflow
     layout in `spec.metric_names` order; with several concurrency levels each metric has one column
-    per level, suffixed `_c<N>` exactly as the MLflow runs name them.
+    per level, suffixed `_c<N>` exactly as the MLflow runs name them; then where each boot went
+    (`core.names.BOOT_METRICS`: phases, measuring time, weight-load memory), so that a replayed
+    sweep has the node-hours split of the one it replays.
     """
     names = spec_metric_names(spec)
     first = [n for n in names if n.startswith("output_throughput") and "_ci_" not in n]
     second = [n for n in names if n.startswith("accept_length")]
     rest = [n for n in names if n not in first and n not in second]
-    return [*spec.params, *first, *second, *rest, "failure_mode"]
+    boot = [n for n in BOOT_METRICS if n not in names]
+    return [*spec.params, *first, *second, *rest, *boot, "failure_mode"]
 
 
 def _cell(value: Any) -> str:
