@@ -54,8 +54,8 @@ class, so it proposes the same configurations; it only adds about 0.06 s of orch
 trial (`benchmarks/overhead.py`).
 
 Run: `.venv/bin/python benchmarks/search_efficiency.py --markdown` (both families' test sets;
-`--families a --random-seeds 0` is the former family-only run, about 8 minutes on 2 busy
-cores); `... --family none --grids pcie h200` (about 80 s on 2 cores, plus
+about 5 minutes on 2 cores on 2026-12-01; `--families a --random-seeds 0` is the former
+family-only run); `... --family none --grids pcie h200` (a few minutes on 2 cores, plus
 45 s the first time to generate the tables); `--validate 18` first checks each table against
 the real trial path (`sim_grid.py --validate`, about 5 minutes); `--markdown` prints the README
 table; `--first-seed 10 --seeds 40` repeats it on other seeds.
