@@ -8,6 +8,7 @@ from report_records import PLAIN, make_record, pcie_sweep, report_spec
 
 from spec_sweep.core.config import normalize_config
 from spec_sweep.core.history import History
+from spec_sweep.core.names import BOOT_METRICS
 from spec_sweep.spec import parse_value
 from spec_sweep.spec_metrics import metric_names
 from spec_sweep.store.replay import export_columns, export_rows
@@ -21,7 +22,9 @@ def test_export_columns(tmp_path: Path) -> None:
     assert columns[len(params)] == "output_throughput"
     assert columns[len(params) + 1] == "accept_length"
     assert columns[-1] == "failure_mode"
-    assert set(columns[len(params) : -1]) == set(metric_names(spec.workload))
+    # the metrics of the MLflow layout, then where each boot went
+    assert set(columns[len(params) : -1]) == set(metric_names(spec.workload)) | set(BOOT_METRICS)
+    assert columns[-1 - len(BOOT_METRICS) : -1] == list(BOOT_METRICS)
 
 
 def test_export_columns_per_level(tmp_path: Path) -> None:
