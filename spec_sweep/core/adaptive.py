@@ -13,9 +13,13 @@ configuration for every load"):
 - the level's candidates are the best chain and every chain within `adaptive.close` of it, and
   `0` where the plain configuration won (SGLang 0.5.14+; 0.5.13 has no candidate 0 and runs the
   best chain there, which the report says);
-- one slot per level, keyed by the batch size the level is measured at (the level, or
-  `workload.num_prompts` when that is smaller: the benchmark never has more requests in
-  flight than it sends);
+- one slot per level, keyed at the lower edge of the batch sizes that level's load runs at: 1
+  for the lowest level, else one above the geometric mean of the level and the one below it
+  (levels 1, 8, 32 -> keys 1, 3, 17; a level counts as `workload.num_prompts` when that is
+  smaller: the benchmark never has more requests in flight than it sends). A load's running
+  batch moves below its level as requests finish and start; a key at the level itself made
+  SGLang 0.5.17 switch between two slots' steps a dozen times a second at c8 on the H200
+  (2026-12-02), each switch a change of CUDA-graph set;
 - the rest of the configuration (system knobs) comes from the chain that scores best over the
   mix (`workload.mix`), with the initial steps that of the heaviest level, top-k 1 and draft
   tokens = steps + 1, checked against the version's rules (`adaptive_rules`) before anything
@@ -161,8 +165,21 @@ def level_objective(spec: SweepSpec) -> Objective:
 
 
 def slot_key(spec: SweepSpec, level: int) -> int:
-    """The batch size a level is measured at (its slot's key)."""
-    return min(level, spec.workload.num_prompts)
+    """The key of a level's slot: the smallest batch size its load is served with.
+
+    1 for the lowest level; else one above the geometric mean of the level and the next lower
+    one, so that a load's running batch, which moves below its level as requests finish and
+    start, stays in its own slot instead of switching steps at a key it sits on. Levels count
+    as `workload.num_prompts` when that is smaller; levels measured at one batch share a key.
+    """
+    cap = spec.workload.num_prompts
+    measured = sorted({min(c, cap) for c in spec.workload.concurrency} | {min(level, cap)})
+    at = min(level, cap)
+    index = measured.index(at)
+    if index == 0:
+        return 1
+    below = measured[index - 1]
+    return max(below + 1, math.isqrt(below * at) + 1)
 
 
 def _setting(spec: SweepSpec, config: Mapping[str, Any], key: str) -> Any:
@@ -337,8 +354,8 @@ def _slots(plans: Sequence[LevelPlan]) -> tuple[list[Slot], list[str]]:
     for plan in plans:
         if plan.key in merged:
             notes.append(
-                f"c{plan.concurrency} is measured at batch {plan.key} (workload.num_prompts), "
-                "the slot of a lower level: their candidates are merged"
+                f"c{plan.concurrency} is measured at the batch of a lower level "
+                "(workload.num_prompts): their candidates are merged in its slot"
             )
         merged.setdefault(plan.key, set()).update(plan.candidates)
     return [Slot(k, tuple(sorted(v))) for k, v in sorted(merged.items())], notes

@@ -116,7 +116,7 @@ def adaptive_lines(view: SweepView, *, config_path: str | None = None) -> list[A
         notes = f" ({slot['notes']})" if slot["notes"] else ""
         lines.append(
             Text(
-                f"  {slot['level']} (batch {slot['key']}): candidate steps "
+                f"  {slot['level']} (batches from {slot['key']}): candidate steps "
                 f"{slot['candidates']}{settles}{notes}"
             )
         )

@@ -320,15 +320,7 @@ class SpecGuide:
             return self._draw(self._system_neighbours(anchor), seen=seen)
         self.last_source = "model"
         effects = self._effects()
-        candidates = self._system_neighbours(anchor)
-        composed = dict(anchor)
-        for key in ordered_keys(self.spec.params):
-            if key in _TREE_KEYS or key not in composed:
-                continue
-            options = [(effects.get((key, repr(v))), v) for v in self._values(key)]
-            if options:
-                composed[key] = max(options, key=lambda o: o[0])[1]
-        candidates.append(composed)
+        candidates = self._step_candidates(anchor, effects)
         scored = []
         for candidate in candidates:
             config = self._complete(candidate, what="step")
@@ -417,9 +409,9 @@ class SpecGuide:
                 gains += self._tree_gains(best, seen)
         return max(gains) if gains else None
 
-    def _step_gains(self, best: _Trial, effects: Effects, seen: set[str]) -> list[float]:
-        anchor = dict(best.config)
-        base = sum(effects.get((k, repr(v))) for k, v in anchor.items())
+    def _step_candidates(self, anchor: Mapping[str, Scalar], effects: Effects) -> list[Config]:
+        """The system-knob steps from `anchor`: each one-knob change, and every knob at the
+        value the knob model rates best."""
         candidates = self._system_neighbours(anchor)
         composed = dict(anchor)
         for key in ordered_keys(self.spec.params):
@@ -429,6 +421,12 @@ class SpecGuide:
             if options:
                 composed[key] = max(options, key=lambda o: o[0])[1]
         candidates.append(composed)
+        return candidates
+
+    def _step_gains(self, best: _Trial, effects: Effects, seen: set[str]) -> list[float]:
+        anchor = dict(best.config)
+        base = sum(effects.get((k, repr(v))) for k, v in anchor.items())
+        candidates = self._step_candidates(anchor, effects)
         out = []
         for candidate in candidates:
             config = self._complete(candidate, what="step")

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from real_harness import ROOT, draft_path, render_spec, run_trial_cli, sglang_version, version_tuple
 
-from spec_sweep.core.adaptive import build_adaptive, level_objective
+from spec_sweep.core.adaptive import build_adaptive, level_objective, slot_key
 from spec_sweep.core.adaptive_rules import Slot, adaptive_version, config_text
 from spec_sweep.core.config import resolve_config
 from spec_sweep.core.history import History
@@ -90,9 +90,9 @@ def _forced(spec: Any, records: list[TrialRecord]) -> tuple[str, int]:
         steps = int(best.config.get("speculative-num-steps") or 0)
         if steps == 0 and not rules.zero_step:
             steps = 1
-        slots.append(Slot(level, (steps,)))
+        slots.append(Slot(slot_key(spec, level), (steps,)))  # the product's keys
     if len({s.candidates for s in slots}) == 1:  # one winner everywhere: make it switch anyway
-        slots = [Slot(1, (5,)), Slot(8, (3,)), Slot(32, (1,))]
+        slots = [Slot(slot_key(spec, c), (s,)) for c, s in zip(LEVELS, (5, 3, 1), strict=True)]
     initial = next((s.candidates[0] for s in slots if s.candidates[0] > 0), 3)
     return config_text(slots, rules), initial
 

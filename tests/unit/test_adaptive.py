@@ -17,6 +17,7 @@ from spec_sweep.core.adaptive import (
     build_adaptive,
     chain_steps,
     mix_score,
+    slot_key,
     spec_candidates_text,
 )
 from spec_sweep.core.config import normalize_config
@@ -77,8 +78,8 @@ def test_the_h200_crossover_gives_a_slot_per_level(tmp_path: Path) -> None:
     build = build_adaptive(History(spec, _records(H200)))
     assert build.ok, build.reason
     assert build.text == (
-        '{"1": {"candidate_steps": [3]}, "8": {"candidate_steps": [2, 3]}, '
-        '"32": {"candidate_steps": [2]}}'
+        '{"1": {"candidate_steps": [3]}, "3": {"candidate_steps": [2, 3]}, '
+        '"17": {"candidate_steps": [2]}}'
     )
     # 3 steps win at 1 and 8 (2 steps within 2% at 8), 2 steps at 32; SGLang's controller
     # walks 8's slot down to 2 (1.14 accepted drafts <= 2 - 0.5 - 0.25).
@@ -110,11 +111,11 @@ def test_plain_winning_a_level_is_candidate_zero_from_0_5_14(tmp_path: Path) -> 
     table[0] = (30, 228, 1300, None)  # plain decoding wins at 32
     build = build_adaptive(History(_spec(tmp_path, "0.5.17"), _records(table)))
     assert build.ok
-    assert json.loads(build.text or "")["32"] == {"candidate_steps": [0]}
+    assert json.loads(build.text or "")["17"] == {"candidate_steps": [0]}
     assert build.levels[2].settles == 0
     # 0.5.13 has no candidate 0: the best chain runs there, and the plan says so.
     build13 = build_adaptive(History(_spec(tmp_path / "13", "0.5.13"), _records(table)))
-    assert json.loads(build13.text or "")["32"] == {"candidate_steps": [1]}
+    assert json.loads(build13.text or "")["17"] == {"candidate_steps": [1]}
     assert "has no candidate 0 (from 0.5.14)" in build13.levels[2].notes[0]
 
 
@@ -180,12 +181,24 @@ def test_trees_and_failed_trials_are_not_chains(tmp_path: Path) -> None:
     assert build.config["speculative-num-draft-tokens"] == build.config["speculative-num-steps"] + 1
 
 
-def test_slots_are_keyed_by_the_batch_the_level_is_measured_at(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, workload={"num_prompts": 8})
+def test_slots_are_keyed_at_the_lower_edge_of_each_levels_batches(tmp_path: Path) -> None:
+    # Levels 1, 8, 32: a load of 8 runs at batches below 8 as requests finish and start, so
+    # its slot starts above the geometric mean of 1 and 8 (a key at 8 itself made SGLang 0.5.17
+    # switch steps a dozen times a second on the H200).
+    spec = _spec(tmp_path)
+    assert [slot_key(spec, c) for c in (1, 8, 32)] == [1, 3, 17]
+    spec = _spec(
+        tmp_path / "b",
+        workload={"concurrency": [4, 8, 64]},
+        objective={"metric": "output_throughput_c4"},
+    )
+    assert [slot_key(spec, c) for c in (4, 8, 64)] == [1, 6, 17]  # 64 counts as 32 prompts
+    # With fewer prompts than a level, the level counts as num_prompts: two levels share a key.
+    spec = _spec(tmp_path / "c", workload={"num_prompts": 8})
     build = build_adaptive(History(spec, _records(H200)))
-    assert [p.key for p in build.levels] == [1, 8, 8]
-    assert set(json.loads(build.text or "")) == {"1", "8"}
-    assert "the slot of a lower level: their candidates are merged" in build.levels[0].notes[-1]
+    assert [p.key for p in build.levels] == [1, 3, 3]
+    assert set(json.loads(build.text or "")) == {"1", "3"}
+    assert "the batch of a lower level" in build.levels[0].notes[-1]
 
 
 def test_mix_weights_and_score(tmp_path: Path) -> None:
@@ -209,7 +222,7 @@ def test_before_per_level_results_the_config_offers_the_spaces_steps(tmp_path: P
     )
     text = spec_candidates_text(spec)
     steps = [1, 2, 3, 4, 5, 6, 7]
-    assert json.loads(text or "") == {k: {"candidate_steps": steps} for k in ("1", "8", "16")}
+    assert json.loads(text or "") == {k: {"candidate_steps": steps} for k in ("1", "3", "12")}
     on = {**EAGLE, "speculative-adaptive": True, "speculative-num-steps": 3}
     assert adaptive_text(spec, on) == text
     given = '{"1": {"candidate_steps": [3]}}'

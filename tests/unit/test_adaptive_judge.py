@@ -218,7 +218,7 @@ def test_the_summary_and_the_report_show_the_answer(tmp_path: Path) -> None:
     buffer = io.StringIO()
     Console(file=buffer, width=250, color_system=None).print(Group(*adaptive_lines(view)))
     text = buffer.getvalue()
-    assert "c8 (batch 8): candidate steps [2, 3], settles at 2" in text
+    assert "c8 (batches from 3): candidate steps [2, 3], settles at 2" in text
     mix = "over the mix (c1: 0.2, c8: 0.5, c32: 0.3): adaptive 0.998; t0002 0.989; t0003 0.985"
     assert mix in text
     assert "recommended for every load: adaptive; launch it with:" in text
