@@ -105,8 +105,13 @@ class NodeHours:
         """Which knobs' failures cost the most (None when nothing failed)."""
         if not self.knobs:
             return None
-        shown = ", ".join(f"{k} {s:.0%}" for k, s in self.knobs[:limit])
+        shown = ", ".join(f"{k} {_share(s)}" for k, s in self.knobs[:limit])
         return f"failed boots cost, by knob changed: {shown} of all node-hours"
+
+
+def _share(value: float) -> str:
+    """A share as a percentage, with a decimal below 1% (so small costs do not read as 0%)."""
+    return f"{value:.1%}" if value < 0.01 else f"{value:.0%}"
 
 
 def _phase_split(record: TrialRecord, boot_s: float) -> dict[str, float]:

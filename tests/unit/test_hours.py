@@ -101,3 +101,10 @@ def test_a_sweep_without_timing_shows_nothing_to_split(tmp_path: Path) -> None:
     assert hours.phase_sentence() is None
     assert hours.knob_sentence() is None
     assert hours_metrics(hours)["node_hours"] == 0.0
+
+
+def test_a_small_share_keeps_a_decimal() -> None:
+    from spec_sweep.core.hours import _share
+
+    assert _share(0.004) == "0.4%"
+    assert _share(0.11) == "11%"
