@@ -27,7 +27,9 @@
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
 #                on the GPU from the target's own generations; it replaces the random-weight
 #                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
-#                after it serve the trained head (train_summary.json says so)
+#                after it serve the trained head (train_summary.json says so). The head comes
+#                back in out/V/draft/head; unpacked here as .draft-head (ignored) and carried
+#                with the next session's first call, it is installed instead of trained.
 #   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
 #                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
 #   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
@@ -271,9 +273,17 @@ cmd_job() {
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     draft)
-      "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
-        --data "$SS/runs/draft-data.json" --min-accept-length 2 >"$out/train.log" 2>&1
-      rc=$?; tail -25 "$out/train.log"
+      if [ -f "$REPO/.draft-head/train_summary.json" ]; then
+        # A head trained in an earlier session, carried back (`carry: [".draft-head"]`): no training.
+        rm -rf "$MODEL-eagle3-trained" && cp -r "$REPO/.draft-head" "$MODEL-eagle3-trained"
+        rc=$?; log "draft: the carried head from .draft-head (no training)" | tee "$out/train.log"
+      else
+        "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
+          --data "$SS/runs/draft-data.json" --min-accept-length 2 >"$out/train.log" 2>&1
+        rc=$?; tail -25 "$out/train.log"
+        # The head comes back with `collect` (about 20 MB): carry it next time as .draft-head.
+        mkdir -p "$out/head" && cp "$MODEL-eagle3-trained"/* "$out/head/" 2>/dev/null
+      fi
       cp "$MODEL-eagle3-trained/train_summary.json" "$out/" 2>/dev/null
       if [ -f "$MODEL-eagle3-trained/train_summary.json" ] && [ ! -d "$MODEL-eagle3-dummy" ]; then
         mv "$MODEL-eagle3" "$MODEL-eagle3-dummy" && mv "$MODEL-eagle3-trained" "$MODEL-eagle3"
