@@ -13,7 +13,7 @@ decision is a question to that history:
   `budget.remeasure_every` trials;
 - adapt: with a concurrency list, the adaptive configuration built from the search's per-level
   results and the best static configurations, booted as `core.adaptive_judge.plan_adaptive`
-  asks (`orchestrate.adaptive_phase`), before the confirmation so those boots count for both;
+  asks (`SweepRun.adapt`), before the confirmation so those boots count for both;
 - confirm: the boots `core.confirm.plan` asks for, batch after batch, until it asks for none;
 - finish: servers left behind are stopped and unfinished runs closed, speed-ups (and the
   ranking metric) missing from trials that ran before the baseline was measured are filled in,
@@ -35,9 +35,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from spec_sweep.core.adaptive_judge import plan_adaptive
+from spec_sweep.core.adaptive_judge import adaptive_metrics, adaptive_tags, plan_adaptive
+from spec_sweep.core.adaptive_rules import CONFIG_FILE
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.confirm import Repeat, plan, remeasure_due
 from spec_sweep.core.history import History, Rerun
@@ -57,11 +59,6 @@ from spec_sweep.core.verdict import Verdict, confirm_metrics, verdict, workload_
 from spec_sweep.node.backends import TrialBackend
 from spec_sweep.node.server import kill_recorded_servers
 from spec_sweep.node.weight_cache import stop_daemons
-from spec_sweep.orchestrate.adaptive_phase import (
-    adaptive_final_metrics,
-    finish_adaptive,
-    run_adaptive_phase,
-)
 from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
 from spec_sweep.orchestrate.trainable import TrialContext
 from spec_sweep.orchestrate.tune import Batch, ConfirmQueue, EnvironmentStop, Interrupt, fit
@@ -145,7 +142,7 @@ class SweepRun:
         )
         try:
             self.search(outcome)
-            run_adaptive_phase(self, outcome)
+            self.adapt(outcome)
             self.confirm(outcome)
         except BaseException:
             # Stopped at once (a second Ctrl-C) or failed: the sweep run ends KILLED, not RUNNING.
@@ -228,6 +225,47 @@ class SweepRun:
         if searcher.converged is not None and searcher.converged.converged:
             outcome.converged = searcher.converged.reason
 
+    def adapt(self, outcome: SweepOutcome) -> None:
+        """With a concurrency list, after the search: boot the adaptive configuration and the
+        best static ones it must beat (`core.adaptive_judge.plan_adaptive`), interleaved,
+        through the same trial path, until nothing is left to boot."""
+        spec = self.spec
+        launches = self.options.backend.launches
+        if not (spec.adaptive.enabled and spec.workload.multi_level and launches):
+            return
+        budget = spec.budget
+        searched = (
+            len(self.history.done) >= budget.trials
+            or outcome.exhausted
+            or budget.trials - self._started_with <= 0
+        )
+        while searched and not outcome.interrupted and not outcome.environment:
+            now = self.history
+            boots = plan_adaptive(now)
+            if not boots or _past(self._deadline):
+                break
+            origins = ", ".join(dict.fromkeys(b.trial_id.split(".r")[0] for b in boots))
+            self._progress_note(
+                f"adaptive: {len(boots)} boot(s) of {origins}, interleaved (one configuration "
+                "for every load against the best static ones)"
+            )
+            after = self._fit(outcome, ConfirmQueue(boots), len(boots))
+            if len(after) == len(now):
+                break  # a batch that recorded nothing (Tune gave up): do not plan it again
+
+    def _finish_adaptive(self, outcome: SweepOutcome) -> Path | None:
+        """Write the adaptive config file to the state folder and tag the parent run; returns
+        the file (None: no adaptive configuration was built)."""
+        answer = outcome.view.adaptive
+        if answer is None:
+            return None
+        self.tracker.set_tags(self.parent_run_id, adaptive_tags(answer))
+        if answer.build.text is None:
+            return None
+        path = self.state.path / CONFIG_FILE
+        path.write_text(answer.build.text + "\n")
+        return path
+
     def confirm(self, outcome: SweepOutcome) -> None:
         """The top configurations booted again (more rounds while tied within noise), then the
         baseline (drift); each batch is planned from the record."""
@@ -278,7 +316,7 @@ class SweepRun:
         outcome.warnings = [w for w in [workload_warning(history)] if w]
         if outcome.verdict is not None:
             outcome.warnings += outcome.verdict.warnings
-        outcome.adaptive_file = finish_adaptive(self, outcome)
+        outcome.adaptive_file = self._finish_adaptive(outcome)
         if self.options.report and done:
             self._publish_report(outcome)
         if complete:
@@ -286,7 +324,8 @@ class SweepRun:
             if outcome.verdict is not None:
                 final |= confirm_metrics(outcome.verdict)
                 tracker.set_tags(self.parent_run_id, _verdict_tags(outcome.verdict))
-            final |= adaptive_final_metrics(self, outcome)
+            answer = outcome.view.adaptive
+            final |= adaptive_metrics(answer) if answer is not None else {}
             tracker.finish_sweep(self.parent_run_id, metrics=final)
             self.state.mark_complete()
         else:
