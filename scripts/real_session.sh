@@ -41,6 +41,10 @@
 #   hours-V      tests/real/test_node_hours_real.py: boot phases, the memory rule at both ends of
 #                the real boundary, pinned compile caches cold then warm, the weight cache
 #                (0.5.17+) against a disk boot; results/node-hours-*.json
+#   table-V      sweeps/real_table_smollm2.yaml: the real replay table (76 configurations x c1/8/32,
+#                the top 10 booted twice more), resumable across sessions: its state and MLflow
+#                store come back in out/V/table; unpack that folder here as .real-table/table
+#                (ignored) and carry it with the next session's first call
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
 # Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
@@ -293,6 +297,16 @@ cmd_job() {
       SPEC_SWEEP_REAL_ADAPTIVE_SWEEP="${ADAPTIVE_SWEEP:-0}" \
         "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -40 "$out/pytest.log" ;;
+    table)
+      # The real replay table (sweeps/real_table_smollm2.yaml): a resumable sweep whose state and
+      # MLflow store live under $out, which `collect` brings back; a session that carries the
+      # previous one's folder as .real-table/table (same absolute path here) resumes it.
+      if [ -d "$REPO/.real-table/table/state" ] && [ ! -d "$out/state" ]; then
+        cp -r "$REPO/.real-table/table/." "$out/" && log "table: resuming the carried sweep"
+      fi
+      "$PY" -m spec_sweep.run sweeps/real_table_smollm2.yaml --state-dir "$out/state" \
+        --tracking-uri "sqlite:///$out/mlflow.db" >>"$out/run.log" 2>&1
+      rc=$?; tail -30 "$out/run.log" ;;
     hours)
       "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_node_hours_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
