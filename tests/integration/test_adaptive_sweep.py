@@ -30,8 +30,8 @@ from spec_sweep.node.backends import SimBackend
 from spec_sweep.orchestrate.driver import sweep
 from spec_sweep.present.terminal import print_summary
 
-# About 8 trials of 10-20 s each: the simulated node paces tokens in real time, and level 1's
-# 32 requests of 16 tokens take ~10 s at 50 tok/s.
+# About 8 trials of 5-10 s each: the simulated node paces tokens in real time, and level 1's
+# 32 requests of 8 tokens take ~5 s at 50 tok/s.
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow, pytest.mark.timeout(600)]
 
 
@@ -54,7 +54,7 @@ def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
         },
         baseline=harness.DROP,
         workload={
-            "output_len": 16,
+            "output_len": 8,
             "num_prompts": 32,
             "concurrency": [1, 8, 32],
             "mix": {1: 0.2, 8: 0.5, 32: 0.3},
