@@ -78,7 +78,7 @@ def ray_cluster() -> Iterator[str]:
         "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp}",
-        *ray_port_args(),
+        *ray_port_args(port),
     ]
     started = subprocess.run(args, capture_output=True, text=True, timeout=180)
     if started.returncode != 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -186,19 +186,41 @@ def wait_until(
     return bool(predicate())
 
 
-def ray_port_args() -> list[str]:
-    """The port options of `ray start`, each a free port (none of Ray's fixed defaults).
+def free_ports(count: int, *, taken: Collection[int] = ()) -> list[int]:
+    """`count` distinct ports that were free a moment ago, none of `taken`: the sockets are held
+    open together while they are chosen, so the kernel cannot hand out one port twice."""
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket()
+            socks.append(sock)
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in taken:
+                ports.append(port)
+    finally:
+        for sock in socks:
+            sock.close()
+    return ports
+
+
+def ray_port_args(*taken: int) -> list[str]:
+    """The port options of `ray start`, each a free port, distinct from each other and from
+    `taken` (e.g. the head's `--port`), none of Ray's fixed defaults.
 
     (No Ray Client server runs: it needs `ray[client]`, which is not installed.)
     """
-    return [
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--dashboard-agent-grpc-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
-    ]
+    names = (
+        "node-manager-port",
+        "object-manager-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "metrics-export-port",
+        "runtime-env-agent-port",
+    )
+    ports = free_ports(len(names), taken=taken)
+    return [f"--{name}={port}" for name, port in zip(names, ports, strict=True)]
 
 
 def stop_ray_processes(temp_dir: Path) -> None:

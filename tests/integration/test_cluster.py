@@ -85,7 +85,7 @@ class LocalCluster:
             "--include-dashboard=false",
             "--disable-usage-stats",
             "--object-store-memory=80000000",
-            *ray_port_args(),
+            *ray_port_args(port),
             f"--temp-dir={self.head_dir}",
         ]
         # A lost node is declared dead after ~1.5 s instead of Ray's default ~15 s.

@@ -113,7 +113,7 @@ def test_address_joins_a_token_cluster_with_the_users_token(project: Path, tmp_p
         "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp}",
-        *ray_port_args(),
+        *ray_port_args(port),
     ]
     started = subprocess.run(
         head, env={**user, "RAY_AUTH_MODE": "token"}, capture_output=True, text=True, timeout=180
