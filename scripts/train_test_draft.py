@@ -481,6 +481,79 @@ def self_generated_prompts(
     return prompts
 
 
+def self_generated_data(
+    model: Any,
+    tokenizer: Any,
+    *,
+    count: int,
+    parts: tuple[str, str] | None,
+    prompt_tokens: int,
+    gen_len: int,
+    batch_size: int,
+    pad_id: int,
+    generator: torch.Generator,
+    rng: random.Random,
+    exclude: set[str],
+    max_seconds: float,
+) -> tuple[list[str], list[TokenSequence], dict[str, Any]]:
+    """Up to `count` training sequences, made in rounds of one generation batch each.
+
+    A round samples about `batch_size` user turns (`self_generated_prompts`, distinct from
+    every earlier one and from `exclude`) and answers them greedily (`build_sequences`). The
+    rounds stop at `count`, or before one that would end past `max_seconds` (judged by the
+    previous round's duration), so the amount of data adapts to the machine's speed while each
+    round's content depends on the seed alone.
+    """
+    started = time.monotonic()
+    prompts: list[str] = []
+    sequences: list[TokenSequence] = []
+    seen = set(exclude)
+    rounds = 0
+    last = 0.0
+    stopped = "count"
+    while len(sequences) < count:
+        if rounds and time.monotonic() - started + last > max_seconds:
+            stopped = "time"
+            break
+        round_started = time.monotonic()
+        need = min(count - len(sequences), max(1, batch_size * 4 // 5))
+        new = self_generated_prompts(
+            model,
+            tokenizer,
+            count=need,
+            parts=parts,
+            max_tokens=prompt_tokens,
+            batch_size=batch_size,
+            pad_id=pad_id,
+            generator=generator,
+            rng=rng,
+            exclude=seen,
+        )
+        if not new:
+            stopped = "no new prompts"
+            break
+        seen.update(new)
+        sequences += build_sequences(
+            model,
+            tokenizer,
+            new,
+            parts=parts,
+            gen_len=gen_len,
+            batch_size=batch_size,
+            pad_id=pad_id,
+        )
+        prompts += new
+        rounds += 1
+        last = time.monotonic() - round_started
+        print(
+            f"data: round {rounds}: {len(sequences)} sequences, {last:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    info = {"rounds": rounds, "stopped": stopped, "seconds": round(time.monotonic() - started, 1)}
+    return prompts, sequences, info
+
+
 def load_eval_prompts(path: Path, *, limit: int | None) -> list[str]:
     """Text prompts of a JSONL file with a `text` field per line (the builtin prompt set)."""
     try:
@@ -844,6 +917,8 @@ def _load_or_generate_data(
         "gen_len": args.gen_len,
         "eval_len": args.eval_len,
         "prompt_tokens": args.prompt_tokens,
+        "gen_batch": args.gen_batch,
+        "max_data_seconds": args.max_data_seconds,
         "chat_template": parts is not None,
         "eval_prompts": eval_prompts,
     }
@@ -856,28 +931,21 @@ def _load_or_generate_data(
             return train_seqs, eval_seqs, cached["info"]
         print(f"data: {args.data} was made with other settings; regenerating", file=sys.stderr)
     started = time.monotonic()
-    prompts = self_generated_prompts(
+    prompts, train_seqs, rounds = self_generated_data(
         target,
         tokenizer,
         count=args.train_seqs,
         parts=parts,
-        max_tokens=args.prompt_tokens,
+        prompt_tokens=args.prompt_tokens,
+        gen_len=args.gen_len,
         batch_size=args.gen_batch,
         pad_id=pad_id,
         generator=generator,
         rng=rng,
         exclude=set(eval_prompts),
+        max_seconds=args.max_data_seconds,
     )
-    prompt_s = time.monotonic() - started
-    train_seqs = build_sequences(
-        target,
-        tokenizer,
-        prompts,
-        parts=parts,
-        gen_len=args.gen_len,
-        batch_size=args.gen_batch,
-        pad_id=pad_id,
-    )
+    train_s = time.monotonic() - started
     eval_seqs = build_sequences(
         target,
         tokenizer,
@@ -889,7 +957,8 @@ def _load_or_generate_data(
     )
     info = {
         "train_prompts": len(prompts),
-        "prompt_seconds": round(prompt_s, 1),
+        **{f"train_{k}": v for k, v in rounds.items()},
+        "train_seqs_per_second": round(len(train_seqs) / max(train_s, 1e-9), 1),
         "generate_seconds": round(time.monotonic() - started, 1),
         "train_prompt_examples": prompts[:5],
         "train_tokens": sum(len(s.ids) for s in train_seqs),
@@ -915,7 +984,19 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--eval-prompts", type=Path, default=BUILTIN_PROMPTS, help="held-out JSONL prompts")
     add("--max-eval-prompts", type=int, default=None)
     add("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
-    add("--train-seqs", type=int, default=6144, help="self-generated training sequences")
+    add("--train-seqs", type=int, default=6144, help="most self-generated sequences to make")
+    add(
+        "--max-data-seconds",
+        type=float,
+        default=float("inf"),
+        help="stop generating training sequences (whole rounds) after this long",
+    )
+    add(
+        "--val-seqs",
+        type=int,
+        default=0,
+        help="self-generated sequences held out of training and scored like the eval prompts",
+    )
     add("--prompt-tokens", type=int, default=40, help="sampled tokens per self-generated prompt")
     add("--gen-len", type=int, default=192, help="greedy response tokens per training sequence")
     add("--eval-len", type=int, default=128, help="greedy response tokens per eval prompt")
@@ -980,6 +1061,9 @@ def main(argv: list[str] | None = None) -> int:
         pad_id=pad_id,
     )
     data_s = time.monotonic() - started - load_s
+    # an in-distribution held-out set: the first self-generated sequences, never trained on
+    val_seqs = train_seqs[: min(args.val_seqs, len(train_seqs) - 1)]
+    train_seqs = train_seqs[len(val_seqs) :]
     vocab = target.get_input_embeddings().weight.shape[0]
     draft_ids = choose_draft_vocab(train_seqs, size=min(args.draft_vocab, vocab), vocab=vocab)
 
@@ -1004,6 +1088,19 @@ def main(argv: list[str] | None = None) -> int:
         layer_ids=layer_ids,
         max_steps=args.ttt_length,
         batch_size=args.batch_size,
+    )
+
+    validation = (
+        evaluate(
+            draft,
+            target,
+            val_seqs,
+            layer_ids=layer_ids,
+            max_steps=args.ttt_length,
+            batch_size=args.batch_size,
+        )
+        if val_seqs
+        else None
     )
 
     save_dtype = "bfloat16"
@@ -1032,6 +1129,7 @@ def main(argv: list[str] | None = None) -> int:
         "chat_template": parts is not None,
         "data": {
             "train_seqs": len(train_seqs),
+            "val_seqs": len(val_seqs),
             "eval_prompts": len(eval_seqs),
             "gen_len": args.gen_len,
             "eval_len": args.eval_len,
@@ -1045,6 +1143,12 @@ def main(argv: list[str] | None = None) -> int:
         },
         "eval": evaluation,
         "accept_length_3_1_4": chain_314["accept_length"],
+        "val": validation,
+        "val_accept_length_3_1_4": (
+            next(c for c in validation["chains"] if c["steps"] == 3)["accept_length"]
+            if validation
+            else None
+        ),
         "files": files,
         "seconds": {
             "load": round(load_s, 1),
