@@ -45,6 +45,8 @@
 #                the top 10 booted twice more), resumable across sessions: its state and MLflow
 #                store come back in out/V/table; unpack that folder here as .real-table/table
 #                (ignored) and carry it with the next session's first call
+#   matrixrest-V the matrix without its OOM and rejection tests; matrixbase-V: baseline x3 and
+#                the trained head only
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
 # Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
@@ -276,6 +278,13 @@ cmd_job() {
     matrix)
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
+    matrixrest | matrixbase)
+      # Parts of the matrix, for a version whose earlier session passed the rest: matrixrest is
+      # all but the OOM and rejection tests, matrixbase the baseline x3 and the trained head.
+      local k="not oom_at_both_ends and not rejected_speculative"
+      [ "$kind" = matrixbase ] && k="baseline_three_boots or trained_eagle3"
+      "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
+      rc=$?; tail -15 "$out/pytest.log" ;;
     draft)
       if [ -f "$REPO/.draft-head/train_summary.json" ]; then
         # A head trained in an earlier session, carried back (`carry: [".draft-head"]`): no training.
@@ -308,7 +317,13 @@ cmd_job() {
         --tracking-uri "sqlite:///$out/mlflow.db" >>"$out/run.log" 2>&1
       rc=$?; tail -30 "$out/run.log" ;;
     hours)
-      "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_node_hours_real.py >"$out/pytest.log" 2>&1
+      # the weight cache first: what a session cut short should still have measured
+      local f=tests/real/test_node_hours_real.py
+      "$PY" -m pytest -p no:cacheprovider -q -rA -s \
+        "$f::test_weight_cache_client_boots_faster_with_the_same_results" \
+        "$f::test_pinned_compile_caches_cold_then_warm" \
+        "$f::test_the_memory_rule_against_real_boots_at_both_ends" \
+        "$f::test_every_trial_carries_its_boot_phases" >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
@@ -396,7 +411,7 @@ cmd_collect() {
   [ -n "${OUT:-}" ] || { log "collect: no \$OUT"; return 0; }
   cmd_status >"$OUT/status.txt" 2>&1
   local tarball="$SS/real-$tag.tar.xz"
-  tar -C "$SS" -cf - out runs 2>/dev/null | xz -6 -T0 >"$tarball"
+  tar -C "$SS" --exclude=draft-data.json -cf - out runs 2>/dev/null | xz -6 -T0 >"$tarball"
   if [ "$(stat -c %s "$tarball")" -le $((15 * 1024 * 1024)) ]; then
     cp "$tarball" "$OUT/"
   else  # at most 6 more files of 15 MiB

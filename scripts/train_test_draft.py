@@ -983,31 +983,31 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--data", type=Path, help="JSON cache of the generated sequences (read if it matches)")
     add("--eval-prompts", type=Path, default=BUILTIN_PROMPTS, help="held-out JSONL prompts")
     add("--max-eval-prompts", type=int, default=None)
-    add("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
-    add("--train-seqs", type=int, default=6144, help="most self-generated sequences to make")
+    add("--draft-vocab", type=int, default=16384, help="draft vocabulary size")
+    add("--train-seqs", type=int, default=24576, help="most self-generated sequences to make")
     add(
         "--max-data-seconds",
         type=float,
-        default=float("inf"),
+        default=120.0,
         help="stop generating training sequences (whole rounds) after this long",
     )
     add(
         "--val-seqs",
         type=int,
-        default=0,
+        default=256,
         help="self-generated sequences held out of training and scored like the eval prompts",
     )
     add("--prompt-tokens", type=int, default=40, help="sampled tokens per self-generated prompt")
     add("--gen-len", type=int, default=192, help="greedy response tokens per training sequence")
     add("--eval-len", type=int, default=128, help="greedy response tokens per eval prompt")
-    add("--gen-batch", type=int, default=512, help="sequences per generation batch")
+    add("--gen-batch", type=int, default=2048, help="sequences per generation batch")
     add("--ttt-length", type=int, default=7, help="training-time-test unroll steps")
-    add("--steps", type=int, default=1500, help="optimizer steps")
-    add("--batch-size", type=int, default=32, help="sequences per optimizer step")
+    add("--steps", type=int, default=3000, help="optimizer steps")
+    add("--batch-size", type=int, default=48, help="sequences per optimizer step")
     add("--lr", type=float, default=5e-4)
     add("--warmup", type=int, default=50)
     add("--clip", type=float, default=0.5, help="gradient-norm clip")
-    add("--max-train-seconds", type=float, default=150.0, help="stop training after this long")
+    add("--max-train-seconds", type=float, default=210.0, help="stop training after this long")
     add("--layer-ids", type=int, nargs=3, help="target layers to capture (default SGLang's)")
     add("--seed", type=int, default=0)
     add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
