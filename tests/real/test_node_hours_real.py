@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -126,22 +127,32 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
         spec, {}, trial_dir=root / "t0001" / "attempt1", trial_id="t0001", weight_cache_dir=root
     )
     try:
-        assert disk.failure_mode.value == "none", disk.reason
-        assert client.failure_mode.value == "none", client.reason
-        assert client.metrics.get("weight_cache_client") == 1.0, client.reason
+        # the evidence first (outcomes, commands, server and daemon logs), then the assertions:
+        # a session cut short must still say why a boot failed
+        logs = out_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for log in (*root.rglob("*.log"), *root.rglob("*.txt")):
+            shutil.copy(log, logs / f"weight-cache-{log.parent.name}-{log.name}")
         kv = [
             int(m[1])
             for r in (disk, client)
-            if (m := _KV.search(Path(r.log_path or "").read_text()))
+            if r.log_path
+            and Path(r.log_path).is_file()
+            and (m := _KV.search(Path(r.log_path).read_text()))
         ]
         found = {
-            "disk": disk.metrics,
-            "client": client.metrics,
-            "client_reason": client.reason,
+            "disk": {"failure_mode": disk.failure_mode.value, "reason": disk.reason},
+            "client": {"failure_mode": client.failure_mode.value, "reason": client.reason},
+            "disk_metrics": disk.metrics,
+            "client_metrics": client.metrics,
+            "disk_command": list(disk.command),
             "client_command": list(client.command),
             "kv_tokens": kv,
         }
         _save(out_dir, "weight-cache", found)
+        assert disk.failure_mode.value == "none", disk.reason
+        assert client.failure_mode.value == "none", client.reason
+        assert client.metrics.get("weight_cache_client") == 1.0, client.reason
         assert client.metrics["quality_agreement"] == 1.0  # the same greedy outputs
         assert len(kv) == 2
         assert abs(kv[1] - kv[0]) / kv[0] < 0.02  # the translated fraction: the same KV pool
