@@ -4,12 +4,20 @@ The real test checkpoint (SmolLM2-135M-Instruct, see `scripts/make_real_model.py
 published draft head and the GPU machine has no package index, so this script makes one from
 the target alone, with only torch + transformers + safetensors:
 
-1. **Data from the target itself.** Training prompts are the target's own sampled user turns,
-   each started by one of the openers below (`_OPENERS`), wrapped in the target's chat template
-   (as production sends them); the responses are the target's greedy continuations with EOS
-   ignored (as `spec_sweep` benchmarks with `ignore_eos`). The evaluation prompts (by default the
-   50 builtin prompts, `spec_sweep/data/prompts.jsonl`, the ones the sweeps measure on) are never
-   trained on: tune on one set, report on another.
+1. **Data from the target itself.** Training prompts come from two sources, `--prompt-mix`
+   (default 0.5) of them from the first: a seeded, templated set written in the style of user
+   requests (`scripts/draft_prompts.py`: concepts, programming tasks, creative writing,
+   practical advice, about 5,000 prompts; sampled without replacement), as SpecForge trains on
+   real chat data; the rest the target's own sampled user turns, each started by one of the
+   openers below (`_OPENERS`) and continued by the target (T=0.8), which often read unlike a
+   real request. Both are wrapped in the target's chat template (as production sends them); the
+   responses are the target's greedy continuations with EOS ignored (as `spec_sweep` benchmarks
+   with `ignore_eos`). The evaluation prompts (by default the 50 builtin prompts,
+   `spec_sweep/data/prompts.jsonl`, the ones the sweeps measure on) are never trained on: no
+   templated prompt is made from a topic that occurs in one of them (nor in the builtin set),
+   and no self-generated prompt equals one; tune on one set, report on another. The held-out
+   validation sequences (`--val-seqs`) hold both sources in proportion and are also scored per
+   source. The templated set's effect on a GPU is not yet measured.
 2. **EAGLE-3 with training-time test**, the recipe of SpecForge's `OnlineEagle3Model`
    (sgl-project/SpecForge `specforge/algorithms/eagle3/model.py`): the target's hidden states
    after three decoder layers are concatenated and projected by `fc`; one decoder layer takes
@@ -52,6 +60,7 @@ MB of JSON) so a later run retrains without regenerating. Sizes are flags (`--tr
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import random
@@ -62,6 +71,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -74,6 +84,19 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN_PROMPTS = ROOT / "spec_sweep" / "data" / "prompts.jsonl"
+
+
+def _load_sibling(name: str) -> ModuleType:
+    """A module next to this script (importable without torch, so its tests need none)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().with_name(name))
+    if spec is None or spec.loader is None:
+        raise ImportError(name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+draft_prompts = _load_sibling("draft_prompts.py")
 
 #: Step weights of the training-time-test loss, as SpecForge (`ploss_weight = 0.8**i`).
 STEP_DECAY = 0.8
@@ -315,10 +338,11 @@ def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 
 @dataclass(slots=True)
 class TokenSequence:
-    """One token sequence: the templated prompt followed by the target's response."""
+    """One token sequence: the chat-templated prompt followed by the target's response."""
 
     ids: list[int]
     prompt_len: int
+    source: str = "self"  # "templated" (`draft_prompts`) or "self" (`self_generated_prompts`)
 
 
 @dataclass(slots=True)
@@ -495,19 +519,30 @@ def self_generated_data(
     rng: random.Random,
     exclude: set[str],
     max_seconds: float,
+    templated: Sequence[str] = (),
+    mix: float = 0.0,
 ) -> tuple[list[str], list[TokenSequence], dict[str, Any]]:
     """Up to `count` training sequences, made in rounds of one generation batch each.
 
-    A round samples about `batch_size` user turns (`self_generated_prompts`, distinct from
-    every earlier one and from `exclude`) and answers them greedily (`build_sequences`). The
-    rounds stop at `count`, or before one that would end past `max_seconds` (judged by the
-    previous round's duration), so the amount of data adapts to the machine's speed while each
-    round's content depends on the seed alone.
+    A round takes its share (`mix`) of user turns from `templated`, sampled without
+    replacement (the pool is shuffled once by `rng`; when it runs out every later turn is
+    self-generated), samples the rest (`self_generated_prompts`, distinct from every earlier
+    turn and from `exclude`) and answers them all greedily (`build_sequences`). The share is
+    kept on the running total, so the mix holds whenever the rounds stop. A round is one
+    generation batch of responses (0.8 of one when most turns are self-generated, whose
+    openers are sampled with a quarter to spare in one batch). The rounds stop at `count`, or
+    before one that would end past `max_seconds` (judged by the previous round's duration), so
+    the amount of data adapts to the machine's speed while each round's content depends on
+    the seed alone.
     """
     started = time.monotonic()
     prompts: list[str] = []
     sequences: list[TokenSequence] = []
     seen = set(exclude)
+    pool = [p for p in templated if p not in seen]
+    rng.shuffle(pool)
+    pool.reverse()  # popped from the end: the shuffled order
+    taken = 0
     rounds = 0
     last = 0.0
     stopped = "count"
@@ -516,24 +551,33 @@ def self_generated_data(
             stopped = "time"
             break
         round_started = time.monotonic()
-        need = min(count - len(sequences), max(1, batch_size * 4 // 5))
-        new = self_generated_prompts(
-            model,
-            tokenizer,
-            count=need,
-            parts=parts,
-            max_tokens=prompt_tokens,
-            batch_size=batch_size,
-            pad_id=pad_id,
-            generator=generator,
-            rng=rng,
-            exclude=seen,
-        )
+        share = mix if pool else 0.0
+        size = batch_size if share >= 0.25 else max(1, batch_size * 4 // 5)
+        need = min(count - len(sequences), size)
+        due = round((len(sequences) + need) * share) - taken
+        new = [pool.pop() for _ in range(max(0, min(due, need, len(pool))))]
+        taken += len(new)
+        sources = ["templated"] * len(new)
+        if need > len(new):
+            made = self_generated_prompts(
+                model,
+                tokenizer,
+                count=need - len(new),
+                parts=parts,
+                max_tokens=prompt_tokens,
+                batch_size=batch_size,
+                pad_id=pad_id,
+                generator=generator,
+                rng=rng,
+                exclude=seen | set(new),
+            )
+            new += made
+            sources += ["self"] * len(made)
         if not new:
             stopped = "no new prompts"
             break
         seen.update(new)
-        sequences += build_sequences(
+        made_seqs = build_sequences(
             model,
             tokenizer,
             new,
@@ -542,6 +586,9 @@ def self_generated_data(
             batch_size=batch_size,
             pad_id=pad_id,
         )
+        for seq, source in zip(made_seqs, sources, strict=True):
+            seq.source = source
+        sequences += made_seqs
         prompts += new
         rounds += 1
         last = time.monotonic() - round_started
@@ -550,8 +597,39 @@ def self_generated_data(
             file=sys.stderr,
             flush=True,
         )
-    info = {"rounds": rounds, "stopped": stopped, "seconds": round(time.monotonic() - started, 1)}
+    info = {
+        "rounds": rounds,
+        "stopped": stopped,
+        "seconds": round(time.monotonic() - started, 1),
+        "templated_left": len(pool),
+    }
     return prompts, sequences, info
+
+
+def split_validation(
+    sequences: Sequence[TokenSequence], count: int
+) -> tuple[list[TokenSequence], list[TokenSequence]]:
+    """(held out, rest): the first sequences of each source, in proportion to the sources.
+
+    At most `count` and always leaving one to train on; each source's quota is its share of
+    `count`, rounded by largest remainder, so the held-out set measures the mixed distribution.
+    """
+    count = max(0, min(count, len(sequences) - 1))
+    sizes = Counter(s.source for s in sequences)
+    exact = {src: count * n / max(len(sequences), 1) for src, n in sizes.items()}
+    quota = {src: math.floor(x) for src, x in exact.items()}
+    by_remainder = sorted(exact, key=lambda src: (quota[src] - exact[src], src))
+    for src in by_remainder[: count - sum(quota.values())]:
+        quota[src] += 1
+    held: list[TokenSequence] = []
+    rest: list[TokenSequence] = []
+    for seq in sequences:
+        if quota[seq.source] > 0:
+            quota[seq.source] -= 1
+            held.append(seq)
+        else:
+            rest.append(seq)
+    return held, rest
 
 
 def load_eval_prompts(path: Path, *, limit: int | None) -> list[str]:
@@ -910,6 +988,12 @@ def _load_or_generate_data(
     rng: random.Random,
     pad_id: int,
 ) -> tuple[list[TokenSequence], list[TokenSequence], dict[str, Any]]:
+    # held out of the templated prompts: every prompt of the eval file (not just the first
+    # --max-eval-prompts) and of the builtin set, the product's default benchmark
+    held_out = load_eval_prompts(args.eval_prompts, limit=None)
+    if args.eval_prompts.resolve() != BUILTIN_PROMPTS.resolve():
+        held_out += load_eval_prompts(BUILTIN_PROMPTS, limit=None)
+    templated = draft_prompts.build_prompt_set([*held_out, *eval_prompts], seed=args.seed)
     fingerprint = {
         "target": str(args.target.resolve()),
         "seed": args.seed,
@@ -921,12 +1005,17 @@ def _load_or_generate_data(
         "max_data_seconds": args.max_data_seconds,
         "chat_template": parts is not None,
         "eval_prompts": eval_prompts,
+        "prompt_mix": args.prompt_mix,
+        "templated_prompts": templated.stats["sha256_16"] if args.prompt_mix > 0 else None,
     }
     if args.data is not None and args.data.is_file():
         cached = json.loads(args.data.read_text())
         if cached.get("fingerprint") == fingerprint:
             print(f"data: reusing {args.data}", file=sys.stderr)
-            train_seqs = [TokenSequence(s["ids"], s["prompt_len"]) for s in cached["train"]]
+            train_seqs = [
+                TokenSequence(s["ids"], s["prompt_len"], s.get("source", "self"))
+                for s in cached["train"]
+            ]
             eval_seqs = [TokenSequence(s["ids"], s["prompt_len"]) for s in cached["eval"]]
             return train_seqs, eval_seqs, cached["info"]
         print(f"data: {args.data} was made with other settings; regenerating", file=sys.stderr)
@@ -944,6 +1033,8 @@ def _load_or_generate_data(
         rng=rng,
         exclude=set(eval_prompts),
         max_seconds=args.max_data_seconds,
+        templated=templated.prompts if args.prompt_mix > 0 else (),
+        mix=args.prompt_mix,
     )
     train_s = time.monotonic() - started
     eval_seqs = build_sequences(
@@ -955,12 +1046,22 @@ def _load_or_generate_data(
         batch_size=args.gen_batch,
         pad_id=pad_id,
     )
+    by_source: dict[str, list[str]] = {"templated": [], "self": []}
+    for prompt, seq in zip(prompts, train_seqs, strict=True):
+        by_source[seq.source].append(prompt)
     info = {
         "train_prompts": len(prompts),
+        "train_prompts_by_source": {k: len(v) for k, v in by_source.items()},
+        "prompt_mix": args.prompt_mix,
+        "templated_prompt_set": {
+            k: v for k, v in templated.stats.items() if k != "dropped_eval_topics"
+        },
         **{f"train_{k}": v for k, v in rounds.items()},
         "train_seqs_per_second": round(len(train_seqs) / max(train_s, 1e-9), 1),
         "generate_seconds": round(time.monotonic() - started, 1),
         "train_prompt_examples": prompts[:5],
+        "templated_prompt_examples": by_source["templated"][:5],
+        "self_prompt_examples": by_source["self"][:5],
         "train_tokens": sum(len(s.ids) for s in train_seqs),
     }
     if args.data is not None:
@@ -968,7 +1069,9 @@ def _load_or_generate_data(
         payload = {
             "fingerprint": fingerprint,
             "info": info,
-            "train": [{"ids": s.ids, "prompt_len": s.prompt_len} for s in train_seqs],
+            "train": [
+                {"ids": s.ids, "prompt_len": s.prompt_len, "source": s.source} for s in train_seqs
+            ],
             "eval": [{"ids": s.ids, "prompt_len": s.prompt_len} for s in eval_seqs],
         }
         args.data.write_text(json.dumps(payload, separators=(",", ":")))
@@ -984,7 +1087,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--eval-prompts", type=Path, default=BUILTIN_PROMPTS, help="held-out JSONL prompts")
     add("--max-eval-prompts", type=int, default=None)
     add("--draft-vocab", type=int, default=16384, help="draft vocabulary size")
-    add("--train-seqs", type=int, default=24576, help="most self-generated sequences to make")
+    add("--train-seqs", type=int, default=24576, help="most training sequences to make")
+    add(
+        "--prompt-mix",
+        type=float,
+        default=0.5,
+        help="share of training prompts from the templated set (scripts/draft_prompts.py), "
+        "the rest self-generated",
+    )
     add(
         "--max-data-seconds",
         type=float,
@@ -995,7 +1105,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--val-seqs",
         type=int,
         default=256,
-        help="self-generated sequences held out of training and scored like the eval prompts",
+        help="generated sequences held out of training (both sources in proportion) and "
+        "scored like the eval prompts",
     )
     add("--prompt-tokens", type=int, default=40, help="sampled tokens per self-generated prompt")
     add("--gen-len", type=int, default=192, help="greedy response tokens per training sequence")
@@ -1018,6 +1129,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.ttt_length < 3:
         parser.error("--ttt-length must be >= 3 to score the (3, 1, 4) chain")
+    if not 0.0 <= args.prompt_mix <= 1.0:
+        parser.error("--prompt-mix must be in [0, 1]")
     return args
 
 
@@ -1061,9 +1174,9 @@ def main(argv: list[str] | None = None) -> int:
         pad_id=pad_id,
     )
     data_s = time.monotonic() - started - load_s
-    # an in-distribution held-out set: the first self-generated sequences, never trained on
-    val_seqs = train_seqs[: min(args.val_seqs, len(train_seqs) - 1)]
-    train_seqs = train_seqs[len(val_seqs) :]
+    # an in-distribution held-out set: the first generated sequences of each source in
+    # proportion, never trained on
+    val_seqs, train_seqs = split_validation(train_seqs, args.val_seqs)
     vocab = target.get_input_embeddings().weight.shape[0]
     draft_ids = choose_draft_vocab(train_seqs, size=min(args.draft_vocab, vocab), vocab=vocab)
 
@@ -1102,6 +1215,21 @@ def main(argv: list[str] | None = None) -> int:
         if val_seqs
         else None
     )
+    val_by_source = {}
+    for source in sorted({s.source for s in val_seqs}):
+        part = evaluate(
+            draft,
+            target,
+            [s for s in val_seqs if s.source == source],
+            layer_ids=layer_ids,
+            max_steps=args.ttt_length,
+            batch_size=args.batch_size,
+        )
+        val_by_source[source] = {
+            "prompts": part["prompts"],
+            "step_acc": part["step_acc"],
+            "accept_length_3_1_4": part["chains"][2]["accept_length"],
+        }
 
     save_dtype = "bfloat16"
     files = save_draft(
@@ -1130,6 +1258,8 @@ def main(argv: list[str] | None = None) -> int:
         "data": {
             "train_seqs": len(train_seqs),
             "val_seqs": len(val_seqs),
+            "train_seqs_by_source": dict(Counter(s.source for s in train_seqs)),
+            "val_seqs_by_source": dict(Counter(s.source for s in val_seqs)),
             "eval_prompts": len(eval_seqs),
             "gen_len": args.gen_len,
             "eval_len": args.eval_len,
@@ -1149,6 +1279,7 @@ def main(argv: list[str] | None = None) -> int:
             if validation
             else None
         ),
+        "val_by_source": val_by_source,
         "files": files,
         "seconds": {
             "load": round(load_s, 1),

@@ -366,3 +366,30 @@ def test_chain_simulation_counts_rounds_like_the_server(script) -> None:
     assert rounds == [3, 4]
     # a 1-step chain accepts at most one draft per round
     assert script._simulate_chain(hits, prompt_len=3, length=11, steps=1) == [2, 1, 2, 1, 1]
+
+
+def test_training_prompts_mix_templated_and_self_generated(trained) -> None:
+    _, summary, data = trained
+    info = summary["data"]
+    # --prompt-mix 0.5 (the default) of 6: 3 templated, 3 self-generated, in the cache too
+    assert info["prompt_mix"] == 0.5
+    assert info["train_prompts_by_source"] == {"templated": 3, "self": 3}
+    sources = [s["source"] for s in json.loads(data.read_text())["train"]]
+    assert sorted(sources) == ["self"] * 3 + ["templated"] * 3
+    assert len(info["templated_prompt_examples"]) == 3
+    assert info["templated_prompt_set"]["dropped_eval_topic"] > 0
+    held = sum(info["val_seqs_by_source"].values())
+    assert held == info["val_seqs"]
+    assert set(summary["val_by_source"]) == set(info["val_seqs_by_source"])
+
+
+def test_validation_holds_each_source_in_proportion(script) -> None:
+    # a quarter templated, all made last: the held-out set still holds a quarter of them
+    seqs = [script.TokenSequence([i], 1, "templated" if i >= 30 else "self") for i in range(40)]
+    held, rest = script.split_validation(seqs, 8)
+    assert [s.ids[0] for s in held] == [0, 1, 2, 3, 4, 5, 30, 31]
+    assert sorted(s.ids[0] for s in held + rest) == list(range(40))
+    # one source only: the first ones, as before the mix; always one left to train on
+    plain = [script.TokenSequence([i], 1) for i in range(5)]
+    assert script.split_validation(plain, 256) == (plain[:4], plain[4:])
+    assert script.split_validation(plain, 0) == ([], plain)
