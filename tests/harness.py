@@ -227,7 +227,10 @@ def stop_ray_processes(temp_dir: Path) -> None:
     """Stop the Ray processes of one cluster (found by its temp dir), not every Ray on the host.
 
     `ray stop` would also stop clusters that other test sessions (or the user) are using.
+    Ray's GCS server and its autoscaler monitor do not exit on SIGTERM (they were still running
+    12 s after it), so a long grace only delays the SIGKILL: 3 s, as `test_cluster` gives its
+    nodes.
     """
     from spec_sweep.node.procs import kill_processes_matching
 
-    kill_processes_matching(str(temp_dir), grace_s=10.0)
+    kill_processes_matching(str(temp_dir), grace_s=3.0)

@@ -263,10 +263,12 @@ class MlflowServer:
             return False
 
     def stop(self) -> None:
+        # `mlflow server` and its uvicorn worker take more than 5 s to exit on SIGTERM (the
+        # SIGKILL below always ended it); 1 s is enough for a server that does exit on it.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -294,10 +296,19 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 
 @pytest.fixture(scope="module")
-def two_nodes() -> Iterator[LocalCluster]:
-    """A head (no trial resources) and two 8-GPU worker nodes, shared by this module's tests."""
+def _module_cluster() -> Iterator[LocalCluster]:
     with local_cluster(2) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def two_nodes(_module_cluster: LocalCluster) -> LocalCluster:
+    """A head (no trial resources) and two 8-GPU worker nodes, shared by this module's tests;
+    started again, whole, when an earlier test lost one of its nodes (the node-loss test)."""
+    if len(_module_cluster._raylets()) != _module_cluster.workers:
+        _module_cluster.stop()
+        _module_cluster.start()
+    return _module_cluster
 
 
 @dataclass
@@ -558,77 +569,77 @@ def test_local_tracking_store_is_refused_on_several_nodes(
 
 
 def test_node_loss_retries_the_trial_on_the_other_node(
-    mlflow_server: MlflowServer, tmp_path: Path, sweeps: list[Sweep]
+    mlflow_server: MlflowServer, two_nodes: LocalCluster, tmp_path: Path, sweeps: list[Sweep]
 ) -> None:
     uri = mlflow_server.uri
-    with local_cluster(2) as cluster:
-        sweep = start_sweep(
-            tmp_path / "proj",
-            name="nodeloss",
-            address=cluster.address,
-            tracking_uri=uri,
-            trials=3,
-            output_len=160,
-        )
-        sweeps.append(sweep)
+    cluster = two_nodes  # one of its nodes is lost here: the next user gets it started again
+    sweep = start_sweep(
+        tmp_path / "proj",
+        name="nodeloss",
+        address=cluster.address,
+        tracking_uri=uri,
+        trials=3,
+        output_len=96,  # 3 requests at ~89 tok/s: ~3.2 s of benchmark after the ready line
+    )
+    sweeps.append(sweep)
 
-        def ready_server() -> Launch | None:
-            assert sweep.proc.poll() is None, sweep.output()
-            for launch in list(sweep.watcher.launches.values()):
-                log = launch.attempt_dir / "server.log"
-                if log.exists() and READY in log.read_text(errors="replace"):
-                    return launch
-            return None
+    def ready_server() -> Launch | None:
+        assert sweep.proc.poll() is None, sweep.output()
+        for launch in list(sweep.watcher.launches.values()):
+            log = launch.attempt_dir / "server.log"
+            if log.exists() and READY in log.read_text(errors="replace"):
+                return launch
+        return None
 
-        assert wait_until(lambda: ready_server() is not None, timeout=120), sweep.output()
-        victim = ready_server()
-        assert victim is not None
-        assert victim.node_id in cluster.node_dirs
-        lost_id = victim.attempt_dir.parent.name
-        survivor = next(n for n in cluster.node_dirs if n != victim.node_id)
-        time.sleep(0.5)  # mid-trial: the server is up and being benchmarked
-        assert _alive(victim) is not None
-        killed_at = time.time()
-        killed = cluster.kill_node(victim.node_id)
-        assert victim.pid in killed
+    assert wait_until(lambda: ready_server() is not None, timeout=120), sweep.output()
+    victim = ready_server()
+    assert victim is not None
+    assert victim.node_id in cluster.node_dirs
+    lost_id = victim.attempt_dir.parent.name
+    survivor = next(n for n in cluster.node_dirs if n != victim.node_id)
+    time.sleep(0.5)  # mid-trial: the server is up and being benchmarked
+    assert _alive(victim) is not None
+    killed_at = time.time()
+    killed = cluster.kill_node(victim.node_id)
+    assert victim.pid in killed
 
-        code = sweep.wait(timeout=240)
-        assert code == 0, sweep.output()
+    code = sweep.wait(timeout=240)
+    assert code == 0, sweep.output()
 
-        runs = trial_runs(uri, "nodeloss")
-        attempts = sorted(
-            (r for r in runs if r.data.tags["spec_sweep.trial_id"] == lost_id),
-            key=lambda r: r.info.start_time,
-        )
-        assert [r.info.status for r in attempts] == ["KILLED", "FINISHED"], [
-            (r.info.status, r.data.tags) for r in attempts
-        ]
-        assert attempts[0].data.tags["failure_mode"] == "node_lost"
-        assert attempts[1].data.tags["failure_mode"] == "none"
-        assert attempts[1].data.tags["spec_sweep.attempt"] == "2"
+    runs = trial_runs(uri, "nodeloss")
+    attempts = sorted(
+        (r for r in runs if r.data.tags["spec_sweep.trial_id"] == lost_id),
+        key=lambda r: r.info.start_time,
+    )
+    assert [r.info.status for r in attempts] == ["KILLED", "FINISHED"], [
+        (r.info.status, r.data.tags) for r in attempts
+    ]
+    assert attempts[0].data.tags["failure_mode"] == "node_lost"
+    assert attempts[1].data.tags["failure_mode"] == "none"
+    assert attempts[1].data.tags["spec_sweep.attempt"] == "2"
 
-        # The retry ran on the surviving node, in attempt2, as did everything after the loss.
-        retry = sweep.watcher.launches[sweep.state / "trials" / lost_id / "attempt2"]
-        assert retry.node_id == survivor
-        assert retry.raylet_node_id == survivor
-        assert (sweep.state / "trials" / lost_id / "attempt1" / "command.txt").exists()
-        later = [run for run in sweep.watcher.launches.values() if run.first_seen > killed_at]
-        assert retry in later
-        assert all(run.node_id == survivor for run in later), later
+    # The retry ran on the surviving node, in attempt2, as did everything after the loss.
+    retry = sweep.watcher.launches[sweep.state / "trials" / lost_id / "attempt2"]
+    assert retry.node_id == survivor
+    assert retry.raylet_node_id == survivor
+    assert (sweep.state / "trials" / lost_id / "attempt1" / "command.txt").exists()
+    later = [run for run in sweep.watcher.launches.values() if run.first_seen > killed_at]
+    assert retry in later
+    assert all(run.node_id == survivor for run in later), later
 
-        # The sweep reached its budget: every trial finished once.
-        finished = sorted(
-            r.data.tags["spec_sweep.trial_id"] for r in runs if r.info.status == "FINISHED"
-        )
-        assert finished == ["t0000", "t0001", "t0002"], finished
+    # The sweep reached its budget: every trial finished once.
+    finished = sorted(
+        r.data.tags["spec_sweep.trial_id"] for r in runs if r.info.status == "FINISHED"
+    )
+    assert finished == ["t0000", "t0001", "t0002"], finished
 
-        # No simulator process is left, on either node.
-        assert wait_until(lambda: not leftover_servers(sweep), timeout=10), leftover_servers(sweep)
-        assert not [
-            p.pid
-            for p in cluster.processes(cluster.node_dirs[survivor])
-            if "spec_sweep.sim" in " ".join(_cmdline(p))
-        ]
+    # No simulator process is left, on either node.
+    assert wait_until(lambda: not leftover_servers(sweep), timeout=10), leftover_servers(sweep)
+    assert not [
+        p.pid
+        for p in cluster.processes(cluster.node_dirs[survivor])
+        if "spec_sweep.sim" in " ".join(_cmdline(p))
+    ]
 
 
 def _cmdline(proc: psutil.Process) -> list[str]:

@@ -33,7 +33,7 @@ def _run_small_sweep(
             "params": {"cuda-graph-max-bs": {"choices": [64, 128, 512], "default": 512}},
         },
         baseline=harness.DROP,
-        workload={"output_len": 24, "num_prompts": 4},
+        workload={"output_len": 8, "num_prompts": 4},
         budget={"trials": 3, **budget},
     )
     uri = f"sqlite:///{project_dir / 'mlruns' / f'{name}.db'}"

@@ -130,6 +130,10 @@ def test_address_joins_a_token_cluster_with_the_users_token(project: Path, tmp_p
 
         # Another user, no token: refused in one line that says what to do.
         stranger = _user_env(tmp_path / "stranger", project)
+        # Ray's driver retries the refused connection about once a second, 20 times by default,
+        # before ray.init raises the ConnectionError the product turns into its one line;
+        # Ray's own `RAY_gcs_server_port_wait_time_s` sets that count (2 tries: ~2 s, not ~20 s).
+        stranger["RAY_gcs_server_port_wait_time_s"] = "2"
         refused = _spec_sweep(
             "run",
             str(spec),

@@ -525,8 +525,9 @@ def test_sigkill_of_a_driver_with_its_own_ray(project_dir: Path, drivers: Driver
     Ray's head processes die with a SIGKILLed driver, but some of its agents (their command
     line rewritten to `ray::DashboardAgent`, `ray::RuntimeEnvAgent`) outlive it.
     """
-    # A trial long enough (256 tokens, ~3 s) that the kill lands in it even on a loaded machine.
-    sw = write_spec(project_dir, "local", trials=1, output_len=256)
+    # A trial long enough that the kill lands in it even on a loaded machine: a ~1.2 s boot,
+    # then 3 requests (1 warm-up, 2 measured) of 128 tokens at ~89 tok/s, ~4.3 s.
+    sw = write_spec(project_dir, "local", trials=1, output_len=128)
     first = drivers.start(sw, address=None)
     assert wait_until(lambda: first.alive() and launch_dirs(sw), timeout=120)
     temp_dir = sw.ray_temp_dir()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import make_spec
@@ -20,13 +22,37 @@ from spec_sweep.core import names
 from spec_sweep.core.config import baseline_config
 from spec_sweep.errors import TrialError
 from spec_sweep.node.backends import SimBackend
+from spec_sweep.orchestrate import trainable
 from spec_sweep.orchestrate.trainable import TrialContext, run_and_record
 from spec_sweep.store.tracker import Tracker
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
-def test_a_store_error_while_recording_keeps_the_trial(project_dir: Path) -> None:
+class _Backoff:
+    """`time` for the trainable module: its retry backoff is recorded, not slept (0.5 + 1 + 2 s
+    a failed recording); every other clock call is the real one."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def backoff(monkeypatch: pytest.MonkeyPatch) -> _Backoff:
+    clock = _Backoff()
+    monkeypatch.setattr(trainable, "time", clock)
+    return clock
+
+
+def test_a_store_error_while_recording_keeps_the_trial(
+    project_dir: Path, backoff: _Backoff
+) -> None:
     spec = make_spec(project_dir / "sweeps", name="record", budget={"trials": 2})
     uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
     tracker = Tracker(uri, spec.experiment)
@@ -45,6 +71,7 @@ def test_a_store_error_while_recording_keeps_the_trial(project_dir: Path) -> Non
     artifacts.write_text("not a folder: the store cannot write artifacts now")
     with pytest.raises(TrialError, match="recording it in the tracking store failed"):
         run_and_record(dict(config), ctx)
+    assert backoff.slept == [0.5, 1.0, 2.0]  # three tries, with the backoff between them
     saved = trials / "t0000" / "attempt1" / names.RESULT_FILE
     assert json.loads(saved.read_text())["failure_mode"] == "none"
     log = trials / "t0000" / "attempt1" / "server.log"
@@ -64,6 +91,7 @@ def test_a_store_error_while_recording_keeps_the_trial(project_dir: Path) -> Non
     assert record.metrics["speedup_vs_baseline"] == 1.0
 
 
+@pytest.mark.usefixtures("backoff")
 def test_a_saved_outcome_closed_by_a_resumed_driver_is_recorded_not_run(project_dir: Path) -> None:
     """The driver died after the trial saved its outcome, before the record was complete: the
     resumed driver closed the attempt's run KILLED; the retry records the outcome in that run."""
