@@ -123,3 +123,19 @@ def test_failure_excerpt_shows_lines_every_rank_printed_once(tmp_path: Path) -> 
     assert text.count("CustomAllreduce is disabled on PCIe") == 1
     assert "[x8]" in text
     assert "No supported CUDA architectures" in text
+
+
+def test_build_report_with_a_workload_warning_and_no_confirmation(tmp_path: Path) -> None:
+    """A baseline measured too loosely (its within-boot interval wider than +-1%) and no
+    confirmation verdict: the report's confirmation section shows the warning alone."""
+    spec = report_spec(tmp_path)
+    loose = {
+        **trial_metrics(80.0, speed=82.0),
+        "output_throughput_ci_low": 76.0,
+        "output_throughput_ci_high": 84.0,
+    }
+    records = [make_record("t0000", PLAIN, metrics=loose), *pcie_sweep()[1:]]
+    result = build_report(History(spec, records), out_dir=tmp_path / "report")
+    text = result.html.read_text()
+    assert "workload too small to rank close configurations" in text
+    assert 'id="confirm-verdict"' not in text

@@ -177,7 +177,17 @@ def confirmation_view(history: History, v: Verdict | None) -> dict[str, Any] | N
     warning = workload_warning(history)
     if v is None and warning is None:
         return None
-    out: dict[str, Any] = {"warnings": [warning] if warning else []}
+    # every key the template reads, also when only the workload warning is there (no verdict)
+    out: dict[str, Any] = {
+        "warnings": [warning] if warning else [],
+        "label": None,
+        "reason": None,
+        "spent": 0,
+        "recommended": None,
+        "noise": "n/a",
+        "rows": [],
+        "drift": None,
+    }
     if v is not None:
         out["warnings"] += v.warnings
         out |= {
