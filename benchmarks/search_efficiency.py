@@ -886,9 +886,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--family",
-        choices=["test", "tuning", "none"],
+        choices=["test", "tuning", "tuning-extra", "none"],
         default="test",
-        help="seed set of the landscape families (report on test; tune on tuning)",
+        help="seed set of the landscape families (report on test; tune on tuning and "
+        "tuning-extra, seeds 20-59)",
     )
     parser.add_argument(
         "--families",
@@ -950,7 +951,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         results: dict[str, list[FamilyCell]] = {}
         for name in args.families:
             module = FAMILIES[name]
-            seeds = module.TEST_SEEDS if args.family == "test" else module.TUNING_SEEDS
+            seeds = {
+                "test": module.TEST_SEEDS,
+                "tuning": module.TUNING_SEEDS,
+                "tuning-extra": module.EXTRA_TUNING_SEEDS,
+            }[args.family]
             if args.landscapes:
                 seeds = tuple(s for s in landscapes.parse_seeds(args.landscapes) if s in seeds)
             t1 = time.monotonic()

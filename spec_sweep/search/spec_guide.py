@@ -253,18 +253,20 @@ class SpecGuide:
 
         An out-of-memory trial condemns every configuration that needs at least as much memory
         (speculation, as many draft tokens, as large a CUDA-graph size, expert parallelism) at a
-        static fraction on the same side: above it when that fraction ran in another trial (too
-        little room outside the pool), below it otherwise; other failures go to the failure
-        model (values, or pairs of values, that never ran), gates excepted.
+        static fraction on the same side: above it when that fraction or a smaller one ran in
+        another trial (the pool fitted, so too little room was left outside it), below it
+        otherwise; other failures go to the failure model (values, or pairs of values, that
+        never ran), gates excepted.
         """
         if self._risk_cache is None:
             others = [t for t in self.trials if not t.oom]
             model = FailureModel(others, self._gates)  # type: ignore[arg-type]
-            ran_mems = {t.config.get(_MEM) for t in self.trials if t.ok}
+            ran_mems = [_num(t.config.get(_MEM)) for t in self.trials if t.ok and _MEM in t.config]
             walls = [
-                (self._need(t.config), _num(t.config.get(_MEM)), t.config.get(_MEM) in ran_mems)
+                (self._need(t.config), mem, any(m <= mem for m in ran_mems))
                 for t in self.trials
                 if t.oom and _MEM in t.config
+                for mem in (_num(t.config.get(_MEM)),)
             ]
             self._risk_cache = (model, walls)
         model, walls = self._risk_cache
@@ -367,7 +369,12 @@ class SpecGuide:
         """The knob model fitted on the measured trials so far."""
         return fit_effects([(t.config, t.value or 0.0) for t in self.trials if t.ok and t.value])
 
-    def _system_neighbours(self, anchor: Mapping[str, Scalar]) -> list[Config]:
+    def _system_neighbours(
+        self, anchor: Mapping[str, Scalar], *, children: bool = False
+    ) -> list[Config]:
+        """`anchor` with one system knob changed; with `children`, a change that turns other
+        knobs on (expert parallelism turns its all-to-all backend on) comes with each of their
+        values too, since the value they default to says little about the ones never tried."""
         out = []
         for key in ordered_keys(self.spec.params):
             if key in _TREE_KEYS or key not in anchor:
@@ -379,8 +386,24 @@ class SpecGuide:
             for value in values:
                 if same_value(value, anchor[key]):
                     continue
-                out.append({**anchor, key: value})
+                moved = {**anchor, key: value}
+                out.append(moved)
+                if children:
+                    out += self._turned_on(anchor, moved)
         return out
+
+    def _turned_on(self, anchor: Mapping[str, Scalar], moved: Config) -> list[Config]:
+        """`moved` with each other value of every system knob it turns on (absent in `anchor`)."""
+        config = self._complete(moved, what="step")
+        if config is None:
+            return []
+        return [
+            {**moved, new: v}
+            for new in config
+            if new not in anchor and new not in _TREE_KEYS
+            for v in self._values(new)
+            if not same_value(v, config[new])
+        ]
 
     # -- convergence (`core.converge`, `budget.until: converged`) -------------------------------
     def predicted_gain(self, *, seen: set[str]) -> float | None:
@@ -412,7 +435,7 @@ class SpecGuide:
     def _step_candidates(self, anchor: Mapping[str, Scalar], effects: Effects) -> list[Config]:
         """The system-knob steps from `anchor`: each one-knob change, and every knob at the
         value the knob model rates best."""
-        candidates = self._system_neighbours(anchor)
+        candidates = self._system_neighbours(anchor, children=True)
         composed = dict(anchor)
         for key in ordered_keys(self.spec.params):
             if key in _TREE_KEYS or key not in composed:

@@ -319,3 +319,73 @@ def test_draft_models_are_searched_and_the_run_is_seeded(b18: Any) -> None:
     best = max(t[2] for t in trials if t[1] is FailureMode.NONE)
     assert best >= 0.9 * optimum  # before draft models were searched: 0.64
     assert drive(b18, 40, seed=19) != trials
+
+
+# -- memory walls and knobs that turn others on ------------------------------------------------
+
+EP_SPACE = """\
+name: knobs
+node:
+  model: /m/target
+  gpus: 8
+  sglang_version: "0.5.23"
+search_space:
+  params:
+    cuda-graph-max-bs-decode: {choices: [16, 64, 256], default: 64}
+    mem-fraction-static: {choices: [0.7, 0.78, 0.82, 0.88], default: 0.78}
+    ep-size: {choices: [1, 8], default: 1}
+    moe-a2a-backend: {choices: [none, deepep, flashinfer], default: none, when: {ep-size: 8}}
+baseline: {}
+budget: {trials: 40}
+"""
+
+
+@pytest.fixture
+def ep_spec(tmp_path: Path) -> Any:
+    path = tmp_path / "knobs.yaml"
+    path.write_text(EP_SPACE)
+    return load_spec(path)
+
+
+def _knobs(spec: Any, **values: Any) -> Any:
+    raw = {**baseline_config(spec), **{k.replace("_", "-"): v for k, v in values.items()}}
+    return normalize_config(spec, resolve_config(spec, raw, what="test"))
+
+
+def test_an_oom_above_a_fraction_that_ran_condemns_only_higher_fractions(ep_spec: Any) -> None:
+    """0.78 ran and 0.88 ran out of memory: the pool fitted at 0.78, so 0.88 left too little
+    room outside it (a high-end OOM). Fractions at or above 0.88 are condemned, 0.82 and below
+    are not (the rule read only the failed fraction itself, and called this a low-end wall that
+    condemned every fraction up to 0.88, the best configuration's own included)."""
+    guide = SpecGuide(ep_spec, seed=0)
+    guide.observe(_knobs(ep_spec, mem_fraction_static=0.78), value=100.0, metrics={})
+    guide.observe(
+        _knobs(ep_spec, mem_fraction_static=0.88), value=None, metrics={"failure_mode": "oom"}
+    )
+    assert guide._risk(_knobs(ep_spec, mem_fraction_static=0.88)) == -20.0
+    for mem in (0.7, 0.78, 0.82):
+        assert guide._risk(_knobs(ep_spec, mem_fraction_static=mem)) > -20.0, mem
+    # nothing ran at or below the failed fraction: a low-end wall, everything up to it condemned
+    low = SpecGuide(ep_spec, seed=0)
+    low.observe(_knobs(ep_spec, mem_fraction_static=0.88), value=100.0, metrics={})
+    low.observe(
+        _knobs(ep_spec, mem_fraction_static=0.78), value=None, metrics={"failure_mode": "oom"}
+    )
+    assert low._risk(_knobs(ep_spec, mem_fraction_static=0.7)) == -20.0
+    assert low._risk(_knobs(ep_spec, mem_fraction_static=0.82)) > -20.0
+
+
+def test_a_knob_step_that_turns_a_knob_on_comes_with_each_of_its_values(ep_spec: Any) -> None:
+    """From a best trial without expert parallelism, the steps include expert parallelism with
+    every all-to-all backend, not only with the default one (an optimum of expert parallelism
+    with FlashInfer's all-to-all was never tried when the screening measured it with `none`)."""
+    guide = SpecGuide(ep_spec, seed=0)
+    anchor = _knobs(ep_spec)
+    steps = [
+        guide._complete(s, what="step") for s in guide._step_candidates(anchor, guide._effects())
+    ]
+    backends = {s["moe-a2a-backend"] for s in steps if s is not None and s["ep-size"] == 8}
+    assert backends == {"none", "deepep", "flashinfer"}
+    # the tree ranking's system neighbours stay one knob away
+    neighbours = guide._system_neighbours(anchor)
+    assert all(sum(1 for k in s if s[k] != anchor.get(k)) == 1 for s in neighbours)
