@@ -33,7 +33,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,25 +233,15 @@ class SweepRun:
         launches = self.options.backend.launches
         if not (spec.adaptive.enabled and spec.workload.multi_level and launches):
             return
-        budget = spec.budget
-        searched = (
-            len(self.history.done) >= budget.trials
-            or outcome.exhausted
-            or budget.trials - self._started_with <= 0
-        )
-        while searched and not outcome.interrupted and not outcome.environment:
-            now = self.history
-            boots = plan_adaptive(now)
-            if not boots or _past(self._deadline):
-                break
+
+        def note(boots: Sequence[Repeat]) -> str:
             origins = ", ".join(dict.fromkeys(b.trial_id.split(".r")[0] for b in boots))
-            self._progress_note(
+            return (
                 f"adaptive: {len(boots)} boot(s) of {origins}, interleaved (one configuration "
                 "for every load against the best static ones)"
             )
-            after = self._fit(outcome, ConfirmQueue(boots), len(boots))
-            if len(after) == len(now):
-                break  # a batch that recorded nothing (Tune gave up): do not plan it again
+
+        self._boot_batches(outcome, plan_adaptive, note)
 
     def _finish_adaptive(self, outcome: SweepOutcome) -> Path | None:
         """Write the adaptive config file to the state folder and tag the parent run; returns
@@ -269,6 +259,17 @@ class SweepRun:
     def confirm(self, outcome: SweepOutcome) -> None:
         """The top configurations booted again (more rounds while tied within noise), then the
         baseline (drift); each batch is planned from the record."""
+        self._boot_batches(outcome, plan, lambda boots: _confirm_note(self.spec, boots))
+
+    def _boot_batches(
+        self,
+        outcome: SweepOutcome,
+        planner: Callable[[History], Sequence[Repeat]],
+        note: Callable[[Sequence[Repeat]], str],
+    ) -> None:
+        """Once the search is over: the boots `planner` asks of the record, batch after batch
+        through the trial path, until it asks for none (or the deadline, an interrupt, an
+        environment failure, or a batch that recorded nothing)."""
         budget = self.spec.budget
         searched = (
             len(self.history.done) >= budget.trials
@@ -278,10 +279,10 @@ class SweepRun:
         )
         while searched and not outcome.interrupted and not outcome.environment:
             now = self.history
-            boots = plan(now)
+            boots = planner(now)
             if not boots or _past(self._deadline):
                 break
-            self._progress_note(_confirm_note(self.spec, boots))
+            self._progress_note(note(boots))
             after = self._fit(outcome, ConfirmQueue(boots), len(boots))
             if len(after) == len(now):
                 break  # a batch that recorded nothing (Tune gave up): do not plan it again
