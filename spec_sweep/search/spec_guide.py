@@ -262,12 +262,11 @@ class SpecGuide:
             others = [t for t in self.trials if not t.oom]
             model = FailureModel(others, self._gates)  # type: ignore[arg-type]
             ran_mems = [_num(t.config.get(_MEM)) for t in self.trials if t.ok and _MEM in t.config]
-            walls = [
-                (self._need(t.config), mem, any(m <= mem for m in ran_mems))
-                for t in self.trials
-                if t.oom and _MEM in t.config
-                for mem in (_num(t.config.get(_MEM)),)
-            ]
+            walls = []
+            for t in self.trials:
+                if t.oom and _MEM in t.config:
+                    mem = _num(t.config[_MEM])
+                    walls.append((self._need(t.config), mem, any(m <= mem for m in ran_mems)))
             self._risk_cache = (model, walls)
         model, walls = self._risk_cache
         need, mem = self._need(config), _num(config.get(_MEM))

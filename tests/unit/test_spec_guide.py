@@ -193,11 +193,15 @@ budget: {trials: 40}
 """
 
 
+def _spec_from(tmp_path: Path, name: str, text: str) -> Any:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return load_spec(path)
+
+
 @pytest.fixture
 def tested_spec(tmp_path: Path) -> Any:
-    path = tmp_path / "tested.yaml"
-    path.write_text(SPACE)
-    return load_spec(path)
+    return _spec_from(tmp_path, "tested", SPACE)
 
 
 def _tree_config(spec: Any, steps: int, topk: int, draft: int, head: str = "/m/a") -> Any:
@@ -342,9 +346,7 @@ budget: {trials: 40}
 
 @pytest.fixture
 def ep_spec(tmp_path: Path) -> Any:
-    path = tmp_path / "knobs.yaml"
-    path.write_text(EP_SPACE)
-    return load_spec(path)
+    return _spec_from(tmp_path, "knobs", EP_SPACE)
 
 
 def _knobs(spec: Any, **values: Any) -> Any:
