@@ -48,6 +48,7 @@
 #                (ignored) and carry it with the next session's first call
 #   matrixrest-V the matrix without its OOM and rejection tests; matrixbase-V: baseline x3 and
 #                the trained head only
+#   wcache-V     the hours job's weight-cache test alone
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
 # Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
@@ -325,6 +326,12 @@ cmd_job() {
         "$f::test_pinned_compile_caches_cold_then_warm" \
         "$f::test_the_memory_rule_against_real_boots_at_both_ends" \
         "$f::test_every_trial_carries_its_boot_phases" >"$out/pytest.log" 2>&1
+      rc=$?; tail -30 "$out/pytest.log" ;;
+    wcache)
+      # the weight-cache test of the hours job alone (three boots: daemon, disk, client)
+      "$PY" -m pytest -p no:cacheprovider -q -rA -s \
+        "tests/real/test_node_hours_real.py::test_weight_cache_client_boots_faster_with_the_same_results" \
+        >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \

@@ -42,7 +42,7 @@ the target alone, with only torch + transformers + safetensors:
    plus the target's bonus token), for chains of 1 to `--ttt-length` steps; (3, 1, 4) is the
    acceptance criterion of issue 26. A JSON summary goes to stdout and `train_summary.json`.
 
-Usage (GPU machine, target folder from `scripts/make_real_model.py`; about 3 minutes on one
+Usage (GPU machine, target folder from `scripts/make_real_model.py`; about 8 minutes on one
 H200, most of it the `--max-train-seconds` training budget)::
 
     python scripts/train_test_draft.py --target .models/smollm2-135m \\
@@ -1118,7 +1118,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--lr", type=float, default=5e-4)
     add("--warmup", type=int, default=50)
     add("--clip", type=float, default=0.5, help="gradient-norm clip")
-    add("--max-train-seconds", type=float, default=210.0, help="stop training after this long")
+    add("--max-train-seconds", type=float, default=330.0, help="stop training after this long")
     add("--layer-ids", type=int, nargs=3, help="target layers to capture (default SGLang's)")
     add("--seed", type=int, default=0)
     add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
