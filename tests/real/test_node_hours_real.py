@@ -29,9 +29,11 @@ import pytest
 import yaml
 from real_harness import MATRIX, render_spec, run_trial_cli, sglang_version, version_tuple
 
+from spec_sweep.core.config import baseline_config
 from spec_sweep.core.memory import Observation, predict_oom
 from spec_sweep.core.names import AVAIL_METRIC, WEIGHTS_METRIC, boot_metric
 from spec_sweep.node.trial import run_trial
+from spec_sweep.node.weight_cache import eligible
 from spec_sweep.spec_load import load_spec
 
 _KV = re.compile(r"max_total_num_tokens=(\d+)")
@@ -118,13 +120,18 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
     out_dir: Path, tmp_path: Path
 ) -> None:
     spec = load_spec(_spec_with(out_dir, "weight-cache", weight_cache=True))
+    # The baseline's whole configuration, as the searcher hands it over: an empty one left
+    # tp-size unset against the baseline's 1, so it was no client (the first real run, 2026-12-02,
+    # booted twice from disk with no daemon).
+    config = baseline_config(spec)
     root = tmp_path / "trials"
     disk = run_trial(
-        spec, {}, trial_dir=root / "t0000" / "attempt1", trial_id="t0000", weight_cache_dir=root
+        spec, config, trial_dir=root / "t0000" / "attempt1", trial_id="t0000", weight_cache_dir=root
     )
     (root / "t0000" / "attempt1" / "result.json").write_text(json.dumps(disk.to_dict()))
+    assert eligible(spec, config)
     client = run_trial(
-        spec, {}, trial_dir=root / "t0001" / "attempt1", trial_id="t0001", weight_cache_dir=root
+        spec, config, trial_dir=root / "t0001" / "attempt1", trial_id="t0001", weight_cache_dir=root
     )
     try:
         # the evidence first (outcomes, commands, server and daemon logs), then the assertions:
@@ -132,7 +139,8 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
         logs = out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for log in (*root.rglob("*.log"), *root.rglob("*.txt")):
-            shutil.copy(log, logs / f"weight-cache-{log.parent.name}-{log.name}")
+            where = log.relative_to(root).parts[0]  # t0000, t0001 or the daemon's folder
+            shutil.copy(log, logs / f"weight-cache-{where}-{log.parent.name}-{log.name}")
         kv = [
             int(m[1])
             for r in (disk, client)
@@ -152,6 +160,7 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
         _save(out_dir, "weight-cache", found)
         assert disk.failure_mode.value == "none", disk.reason
         assert client.failure_mode.value == "none", client.reason
+        assert "--weight-cache-mode" in client.command, "the daemon did not come up (see logs)"
         assert client.metrics.get("weight_cache_client") == 1.0, client.reason
         assert client.metrics["quality_agreement"] == 1.0  # the same greedy outputs
         assert len(kv) == 2
