@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import random
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -74,6 +74,22 @@ def gate_params(spec: SweepSpec) -> frozenset[str]:
     return frozenset(dep for param in spec.params.values() for dep in param.when)
 
 
+class _Grid(GridSampler):
+    """Optuna's grid, without its `study.stop()` once every point was told: that call is only
+    allowed inside `study.optimize`, and the searcher drives the study with ask and tell (so
+    telling the last grid point raised); the searcher ends a finished grid itself (its repeats
+    of measured points run out as `exhausted`)."""
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        return None
+
+
 def make_sampler(spec: SweepSpec, *, failure_aware: bool = True) -> BaseSampler:
     """The spec's Optuna sampler, seeded by `searcher.seed`.
 
@@ -88,7 +104,7 @@ def make_sampler(spec: SweepSpec, *, failure_aware: bool = True) -> BaseSampler:
         return RandomSampler(seed=seed)
     if spec.searcher.kind == "grid":
         grid = {key: param.values() for key, param in spec.params.items()}
-        return GridSampler(grid, seed=seed)
+        return _Grid(grid, seed=seed)
     cls = FailureAwareTPESampler if failure_aware else TPESampler
     extra: dict[str, Any] = {"gates": gate_params(spec)} if failure_aware else {}
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

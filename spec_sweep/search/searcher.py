@@ -42,7 +42,8 @@ from spec_sweep.core.record import TrialRecord
 from spec_sweep.search import sampling
 from spec_sweep.search.space import SearchSpace
 from spec_sweep.search.spec_guide import SpecGuide
-from spec_sweep.spec import SweepSpec
+from spec_sweep.search.tree_rules import check_tree
+from spec_sweep.spec import Scalar, SweepSpec
 
 __all__ = ["Proposal", "SweepSearcher"]
 
@@ -120,6 +121,8 @@ class SweepSearcher:
         if spec.searcher.kind == "tpe" and failure_aware:
             self._guide = SpecGuide(spec, seed=spec.searcher.seed)
         self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
+        # A grid search applies SGLang's tree rules too (`_launchable`), without the guide's models.
+        self._grid = spec.searcher.kind == "grid"
         self._turn = 0  # the guide's proposals take turns with TPE's
         # What earlier trials' logs said about GPU memory (`core.memory`): the pre-launch check.
         self._memory: list[Observation] = observations(history)
@@ -137,8 +140,8 @@ class SweepSearcher:
                 trial_id=record.trial_id,
             )
             self._seen.add(config_key(record.config))
-            if self._guide is not None:
-                self._seen.add(self._guide.resolve(record.config).effective_key)
+            if (effective := self._effective_key(record.config)) is not None:
+                self._seen.add(effective)
         for _, config, _ in self._queue:
             self._seen.add(config_key(config))
         self._design: list[Config] = []
@@ -213,7 +216,7 @@ class SweepSearcher:
         random draw after `_MODEL_REPEATS`); None (and `exhausted`) when nothing new is left."""
         repeated: Config | None = None
         for attempt in range(_MAX_REPEATS):
-            if attempt >= _MODEL_REPEATS and repeated is not None:
+            if attempt >= _MODEL_REPEATS and repeated is not None and not self._grid:
                 step = self._local_step(repeated)
                 if step is not None:
                     return self._fixed(key, step)
@@ -225,7 +228,7 @@ class SweepSearcher:
                 with sampling.random_sampling(self.study, seed=seed):
                     params = self._ask(key)
             config = normalize_config(self._spec, params)
-            if self._guide is not None:
+            if self._guide is not None or self._grid:
                 launch = self._launchable(config)
                 if launch is None or config_key(launch) != config_key(config):
                     # SGLang rejects it (never launched) or runs another configuration: Optuna
@@ -330,8 +333,8 @@ class SweepSearcher:
         attempt: int = 1,
     ) -> Proposal:
         self._seen.add(config_key(config))
-        if self._guide is not None:
-            self._seen.add(self._guide.resolve(config).effective_key)
+        if (effective := self._effective_key(config)) is not None:
+            self._seen.add(effective)
         self._configs[key] = config
         if our_id is None:
             our_id = trial_name(self._next_index)
@@ -343,9 +346,26 @@ class SweepSearcher:
         """What to launch for `config` after SGLang's tree rules (None: rejected or seen)."""
         if config_key(config) in self._seen:
             return None
-        if self._guide is None:
-            return config
-        return self._guide.unseen_launch(config, seen=self._seen)
+        if self._guide is not None:
+            return self._guide.unseen_launch(config, seen=self._seen)
+        if self._grid:
+            # A grid enumerates: a point SGLang rejects, or rewrites into one already run, is
+            # skipped, never booted (the first real table spent a boot on (1, 4, 8)).
+            check = check_tree(config, server_args=self._spec.node.server_args)
+            if not check.runs:
+                return None
+            if config_key(normalize_config(self._spec, check.config)) in self._seen:
+                return None
+        return config
+
+    def _effective_key(self, config: Mapping[str, Scalar]) -> str | None:
+        """The key of what SGLang runs for `config` when the searcher applies its tree rules."""
+        if self._guide is not None:
+            return self._guide.resolve(config).effective_key
+        if self._grid:
+            check = check_tree(config, server_args=self._spec.node.server_args)
+            return config_key(normalize_config(self._spec, check.config))
+        return None
 
     def _local_step(self, config: Config) -> Config | None:
         """An unmeasured neighbour of `config`, the least likely to fail (seeded ties)."""

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import graph_spec
+import yaml
+from harness import ROOT, graph_spec
 from harness import record as rec
 
 from spec_sweep.core.outcome import FailureMode, TrialReport
@@ -112,3 +113,31 @@ def test_a_proposal_sglangs_memory_rule_rejects_is_marked_predicted(tmp_path: Pa
     assert marked[0.3] is not None
     assert "t0000" in marked[0.3]
     assert marked[0.5] is not None
+
+
+def test_a_grid_skips_the_trees_sglang_rejects_or_rewrites_into_one_that_ran(
+    tmp_path: Path,
+) -> None:
+    """The real table's grid (sweeps/real_table_smollm2.yaml): 108 points, of which SGLang
+    rejects (1, 2, 4), (1, 2, 8), (1, 4, 8) and (2, 2, 8) (more draft tokens than scored
+    candidates: the real 0.5.17 crash "selected index k out of range" of the first table session)
+    and rewrites (s, 1, 8) into (s, 1, 4) (draft tokens = steps + 1): 76 configurations boot."""
+    from harness import make_spec
+
+    from spec_sweep.core.config import config_key, normalize_config
+    from spec_sweep.search.tree_rules import check_tree
+
+    raw = yaml.safe_load((ROOT / "sweeps" / "real_table_smollm2.yaml").read_text())
+    raw["node"].update(model=str(tmp_path), draft_model=str(tmp_path))
+    spec = make_spec(tmp_path, **raw)
+    searcher = SweepSearcher(spec, history=[], requeue=[], next_index=0)
+    ran: list[str] = []
+    for i in range(120):
+        proposal = searcher.suggest(f"k{i}")
+        if proposal is None:
+            break
+        check = check_tree(proposal.config, server_args=spec.node.server_args)
+        assert check.runs, (proposal.config, check.rejected)
+        ran.append(config_key(normalize_config(spec, check.config)))
+        searcher.complete(f"k{i}", TrialReport(proposal.trial_id, FailureMode.NONE, {"x": 1.0}))
+    assert len(ran) == len(set(ran)) == 76
