@@ -30,7 +30,9 @@
 #                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
 #                after it serve the trained head (train_summary.json says so). The head comes
 #                back in out/V/draft/head; unpacked here as .draft-head (ignored) and carried
-#                with the next session's first call, it is installed instead of trained.
+#                with the next session's first call, it is installed instead of trained when
+#                it reached accept 2 at (3, 1, 4) offline (or DRAFT_REUSE=1), else its training
+#                continues (--init-from, the next seed's prompts).
 #   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
 #                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
 #   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
@@ -288,13 +290,29 @@ cmd_job() {
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     draft)
-      if [ -f "$REPO/.draft-head/train_summary.json" ]; then
-        # A head trained in an earlier session, carried back (`carry: [".draft-head"]`): no training.
-        rm -rf "$MODEL-eagle3-trained" && cp -r "$REPO/.draft-head" "$MODEL-eagle3-trained"
-        rc=$?; log "draft: the carried head from .draft-head (no training)" | tee "$out/train.log"
+      local head="$REPO/.draft-head" accept="" more=()
+      if [ -f "$head/train_summary.json" ]; then
+        accept=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["accept_length_3_1_4"])' \
+          "$head/train_summary.json" 2>/dev/null)
+      fi
+      if [ -n "$accept" ] && { [ "${DRAFT_REUSE:-0}" = 1 ] ||
+          "$PY" -c 'import sys; sys.exit(float(sys.argv[1]) < 2)' "$accept"; }; then
+        # A head trained in an earlier session, carried back (`carry: [".draft-head"]`), that
+        # reached the goal (or DRAFT_REUSE=1): installed as it is, no training.
+        rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained"
+        rc=$?; log "draft: the carried head from .draft-head (accept $accept, no training)" |
+          tee "$out/train.log"
       else
+        if [ -n "$accept" ]; then
+          # Short of the goal: this session's training continues it, on new prompts (next seed).
+          local seed
+          seed=$("$PY" -c 'import json,sys; print((json.load(open(sys.argv[1])).get("seed") or 0) + 1)' \
+            "$head/train_summary.json")
+          more=(--init-from "$head" --seed "$seed" --lr 3e-4)
+          log "draft: continuing the carried head (accept $accept < 2) with seed $seed"
+        fi
         "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
-          --data "$SS/runs/draft-data.json" --min-accept-length 2 >"$out/train.log" 2>&1
+          --data "$SS/runs/draft-data.json" --min-accept-length 2 "${more[@]}" >"$out/train.log" 2>&1
         rc=$?; tail -25 "$out/train.log"
         # The head comes back with `collect` (about 20 MB): carry it next time as .draft-head.
         mkdir -p "$out/head" && cp "$MODEL-eagle3-trained"/* "$out/head/" 2>/dev/null

@@ -53,7 +53,9 @@ and serve with `--speculative-algorithm EAGLE3 --speculative-draft-model-path
 --speculative-num-draft-tokens 4`. `scripts/check_draft_sglang.py` loads the folder with
 SGLang's own model class first, if wanted. `--data` caches the generated token sequences (a few
 MB of JSON) so a later run retrains without regenerating. Sizes are flags (`--train-seqs`,
-`--gen-len`, `--steps`, `--batch-size`, `--max-train-seconds`, `--draft-vocab`); on a CPU,
+`--gen-len`, `--steps`, `--batch-size`, `--max-train-seconds`, `--draft-vocab`). `--init-from
+DIR` continues training a head saved earlier (its draft vocabulary kept), so sessions of a few
+device-minutes each add up; give it a new `--seed` for new self-generated prompts. On a CPU,
 `--device cpu --train-seqs 16 --gen-len 24 --steps 6 --batch-size 4` is a smoke run.
 """
 
@@ -76,7 +78,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.activations import ACT2FN
@@ -1121,6 +1123,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--max-train-seconds", type=float, default=330.0, help="stop training after this long")
     add("--layer-ids", type=int, nargs=3, help="target layers to capture (default SGLang's)")
     add("--seed", type=int, default=0)
+    add(
+        "--init-from",
+        type=Path,
+        help="continue training this earlier head (its draft vocabulary kept); give a new "
+        "--seed for new self-generated prompts",
+    )
     add("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     add("--shard-mib", type=float, default=15.0, help="largest safetensors file (MiB)")
     add("--raw-prompts", action="store_true", help="do not apply the chat template")
@@ -1178,7 +1186,12 @@ def main(argv: list[str] | None = None) -> int:
     # proportion, never trained on
     val_seqs, train_seqs = split_validation(train_seqs, args.val_seqs)
     vocab = target.get_input_embeddings().weight.shape[0]
-    draft_ids = choose_draft_vocab(train_seqs, size=min(args.draft_vocab, vocab), vocab=vocab)
+    earlier = load_head(args.init_from) if args.init_from else None
+    if earlier is not None:
+        # the earlier head's draft vocabulary: its lm_head rows mean those tokens
+        draft_ids = earlier["d2t"] + torch.arange(len(earlier["d2t"]))
+    else:
+        draft_ids = choose_draft_vocab(train_seqs, size=min(args.draft_vocab, vocab), vocab=vocab)
 
     # the draft's init and batch order depend on the seed only, not on whether data was cached
     torch.manual_seed(args.seed)
@@ -1188,11 +1201,24 @@ def main(argv: list[str] | None = None) -> int:
         draft_ids=draft_ids,
         num_aux=len(layer_ids),
     )
-    _init_draft(draft, target, draft_ids)
+    if earlier is not None:
+        missing, unexpected = draft.load_state_dict(
+            {k: v.float() if v.is_floating_point() else v for k, v in earlier.items()},
+            strict=False,
+        )
+        if unexpected or [m for m in missing if not m.startswith(("embed_tokens.", "rotary."))]:
+            raise SystemExit(
+                f"--init-from {args.init_from}: not a head of this shape "
+                f"(missing {missing}, unexpected {unexpected})"
+            )
+    else:
+        _init_draft(draft, target, draft_ids)
     draft.to(device)
     training = train(
         draft, target, train_seqs, args=args, layer_ids=layer_ids, rng=random.Random(args.seed)
     )
+    before = _earlier_summary(args.init_from).get("steps_total") if args.init_from else None
+    training["steps_total"] = training["steps_run"] + int(before or 0)
     draft.eval()
     evaluation = evaluate(
         draft,
@@ -1252,6 +1278,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": str(device),
         "torch": torch.__version__,
         "draft_vocab_size": len(draft_ids),
+        "init_from": _earlier_summary(args.init_from) if args.init_from else None,
         "aux_layer_ids": layer_ids,
         "train_vocab_coverage": round(_coverage(train_seqs, draft.t2d.cpu()), 4),
         "chat_template": parts is not None,
@@ -1313,6 +1340,34 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def load_head(folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a head this script saved (one file or shards)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise SystemExit(f"--init-from {folder}: no safetensors there")
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        state.update(load_file(str(path)))
+    return state
+
+
+def _earlier_summary(folder: Path) -> dict[str, Any]:
+    """What the head training continued from: its accept lengths and training so far."""
+    try:
+        earlier = json.loads((folder / "train_summary.json").read_text())
+    except (OSError, ValueError):
+        return {"folder": str(folder)}
+    train = earlier.get("train", {})
+    return {
+        "folder": str(folder),
+        "seed": earlier.get("seed"),
+        "accept_length_3_1_4": earlier.get("accept_length_3_1_4"),
+        "val_accept_length_3_1_4": earlier.get("val_accept_length_3_1_4"),
+        "steps_run": train.get("steps_run"),
+        "steps_total": train.get("steps_total", train.get("steps_run")),
+    }
 
 
 @torch.no_grad()
