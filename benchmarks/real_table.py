@@ -1,0 +1,415 @@
+"""The real replay table, read: its noise, how far each search gets on it, and how well the
+speculative model predicts it.
+
+The real table (`sweeps/real_table_smollm2.yaml`, measured on a lent H200 with SGLang 0.5.17,
+the real SmolLM2-135M checkpoint and its trained EAGLE-3 head; `spec-sweep export` writes it) is
+one node whose answers nobody here modelled. This script reads it three ways:
+
+1. **The table**: rows, configurations, failures by mode, and the boot-to-boot spread of the
+   configurations booted more than once, per concurrency level (the table's noise). A grid
+   search skips the trees SGLang rejects or rewrites into one that ran (`tree_rules`), so the
+   table lacks them; they are filled in by SGLang's rules: a rejected tree as the `crash` the
+   real (1, 4, 8) boot was, a rewritten one as the row of what runs. Configurations of the grid
+   still missing are listed, and nothing else is read until there are none.
+2. **Search efficiency** at `--budgets` (10 20 40) for each objective level (`--levels`, default
+   every level of the table): ours (the sweep's searcher), random search, plain Optuna TPE and
+   the auto_benchmark tier-2 plan (the strategies of `search_efficiency.py`), `--seeds` runs
+   each (the plan is deterministic); the median and worst decile of best/optimum, and in how
+   many of ours' runs the best ended below random search's median. A replayed trial returns
+   the configuration's first measurement (what a search there would have seen), and the
+   optimum is over first measurements too.
+3. **The speculative model against reality** (`search.spec_model`, the physics the search ranks
+   trees with): fitted on the first `--first-k` EAGLE-3 trials our searcher ran (seed 0) at the
+   objective's level, its predicted accept length and throughput for every other measured tree
+   at the same CUDA-graph size and memory fraction as the fitted trials' majority, against the
+   measurement: mean absolute error by tree shape (chains, top-k 2, top-k 4). Then the report's
+   break-even diagnosis (`present.report.analysis`, per-request decode speed) against the
+   measured throughput verdict (output tok/s vs the plain configuration at the same knobs): how
+   often they agree on whether speculation pays.
+
+Run: `.venv/bin/python benchmarks/real_table.py benchmarks/real/<date>/table-0.5.17.csv`
+(`--spec` names the sweep it was measured with; default sweeps/real_table_smollm2.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import search_efficiency as se  # noqa: E402
+import sim_grid  # noqa: E402
+
+from spec_sweep.core.config import Config, config_key, normalize_config  # noqa: E402
+from spec_sweep.core.outcome import FailureMode  # noqa: E402
+from spec_sweep.present.report.format import at_level  # noqa: E402
+from spec_sweep.search.spec_model import SpecModel, TreeObservation  # noqa: E402
+from spec_sweep.search.tree_rules import (  # noqa: E402
+    ALGORITHM,
+    DRAFT_TOKENS,
+    STEPS,
+    TOPK,
+    check_tree,
+)
+from spec_sweep.spec import SweepSpec  # noqa: E402
+from spec_sweep.spec_load import load_spec  # noqa: E402
+from spec_sweep.store.replay import ReplayRow, ReplayTable, load_replay  # noqa: E402
+
+DEFAULT_SPEC = ROOT / "sweeps" / "real_table_smollm2.yaml"
+_GRAPH = "cuda-graph-max-bs-decode"
+_MEM = "mem-fraction-static"
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The table
+
+
+@dataclass
+class Coverage:
+    """What the table holds of the spec's grid."""
+
+    measured: int  # configurations of the grid with a row
+    rejected: int  # filled in as SGLang's rejection (crash)
+    rewritten: int  # filled in with the row of what SGLang runs
+    missing: list[Config] = field(default_factory=list)
+
+
+def complete(spec: SweepSpec, replay: ReplayTable) -> tuple[ReplayTable, Coverage]:
+    """The table over the whole grid: rejected and rewritten trees filled in by SGLang's rules."""
+    rows = dict(replay.rows)
+    coverage = Coverage(measured=0, rejected=0, rewritten=0)
+    # what SGLang ran for each row: (s, 1, 8) and (s, 1, 4) both run (s, 1, s + 1), which the
+    # grid may not hold itself; the grid booted the first of them it met
+    runs: dict[str, ReplayRow] = {}
+    for row in replay.rows.values():
+        check = check_tree(row.config, server_args=spec.node.server_args)
+        runs.setdefault(config_key(normalize_config(spec, check.config)), row)
+    for config in sim_grid.grid_configs(spec):
+        key = config_key(config)
+        if key in replay.rows:
+            coverage.measured += 1
+            continue
+        check = check_tree(config, server_args=spec.node.server_args)
+        if not check.runs:
+            rows[key] = ReplayRow(0, config, FailureMode.CRASH, {})
+            coverage.rejected += 1
+            continue
+        row = runs.get(config_key(normalize_config(spec, check.config)))
+        if row is None:
+            coverage.missing.append(config)
+            continue
+        rows[key] = ReplayRow(row.line, config, row.failure_mode, row.metrics)
+        coverage.rewritten += 1
+    return ReplayTable(replay.path, rows, replay.duplicates), coverage
+
+
+def repeat_spread(path: Path, spec: SweepSpec, metrics: Sequence[str]) -> dict[str, list[float]]:
+    """Per metric: (max - min) / mean over the boots of each configuration booted twice or more."""
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = defaultdict(list)
+    with path.open(newline="", encoding="utf-8") as handle:
+        for raw in csv.DictReader(handle):
+            if (raw.get("failure_mode") or "none") != "none":
+                continue
+            groups[tuple(raw.get(k) or "" for k in spec.params)].append(raw)
+    out: dict[str, list[float]] = {m: [] for m in metrics}
+    for boots in groups.values():
+        if len(boots) < 2:
+            continue
+        for metric in metrics:
+            values = [float(b[metric]) for b in boots if b.get(metric)]
+            if len(values) >= 2 and statistics.mean(values) > 0:
+                out[metric].append((max(values) - min(values)) / statistics.mean(values))
+    return out
+
+
+def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverage) -> list[str]:
+    lines = [f"table {path}: {len(replay.rows)} configurations, {replay.duplicates} repeat boots"]
+    modes = Counter(r.failure_mode.value for r in replay.rows.values())
+    lines.append("  outcomes: " + ", ".join(f"{m} {n}" for m, n in modes.most_common()))
+    lines.append(
+        f"  grid of {sim_grid.grid_size(spec)}: {coverage.measured} measured, "
+        f"{coverage.rejected} rejected and {coverage.rewritten} rewritten by SGLang's tree "
+        f"rules, {len(coverage.missing)} missing"
+    )
+    throughput = [at_level("output_throughput", c) for c in spec.workload.concurrency]
+    for metric, spreads in repeat_spread(path, spec, throughput).items():
+        if spreads:
+            lines.append(
+                f"  {metric}: boot-to-boot spread (max-min)/mean over {len(spreads)} "
+                f"configurations: median {statistics.median(spreads):.1%}, "
+                f"max {max(spreads):.1%}"
+            )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Search efficiency
+
+
+@dataclass
+class Reading:
+    """One strategy at one budget: best/optimum over its runs."""
+
+    label: str
+    budget: int
+    ratios: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def worst(self) -> float:
+        ordered = sorted(self.ratios)
+        return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
+
+
+def with_objective(spec: SweepSpec, metric: str) -> SweepSpec:
+    return spec.model_copy(
+        update={"objective": spec.objective.model_copy(update={"metric": metric})}
+    )
+
+
+def efficiency(
+    spec: SweepSpec, table: ReplayTable, *, budgets: Sequence[int], seeds: int
+) -> tuple[list[Reading], se.Table, list[bool]]:
+    """Every strategy's best/optimum at each budget over `seeds` runs, and for each of ours'
+    runs at the largest budget whether it ended below random search's median."""
+    tab = se.table_from("real", spec, table)
+    readings: list[Reading] = []
+    per_label: dict[str, dict[int, list[float]]] = {}
+    top = max(budgets)
+    for label, reads_budget, run in se._family_strategies():
+        ratios: dict[int, list[float]] = {b: [] for b in budgets}
+        for seed in range(seeds):
+            for budget in budgets if reads_budget else [top]:
+                result = run(tab, seed, budget)
+                for b in budgets if not reads_budget else [budget]:
+                    ratios[b].append((result.best_after(b) or 0.0) / tab.best)
+            if label.startswith("auto_benchmark"):
+                break  # the plan has nothing random
+        per_label[label] = ratios
+        readings += [Reading(label, b, ratios[b]) for b in budgets]
+    ours = next(iter(per_label.values()))[top]
+    random_median = statistics.median(per_label[se.RANDOM_LABEL][top])
+    return readings, tab, [r < random_median for r in ours]
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The speculative model
+
+
+def _tree(spec: SweepSpec, config: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    if config.get(ALGORITHM) not in ("EAGLE", "EAGLE3"):
+        return None
+    effective = check_tree(config, server_args=spec.node.server_args).config
+    return int(effective[STEPS]), int(effective[TOPK]), int(effective[DRAFT_TOKENS])
+
+
+def _shape(tree: tuple[int, int, int]) -> str:
+    return "chain" if tree[1] == 1 else f"top-k {tree[1]}"
+
+
+@dataclass
+class Prediction:
+    tree: tuple[int, int, int]
+    knobs: tuple[Any, Any]
+    accept: tuple[float, float]  # (predicted, measured)
+    throughput: tuple[float, float]
+
+
+def model_check(
+    spec: SweepSpec, table: ReplayTable, *, level: int, first_k: int, budget: int
+) -> tuple[list[tuple[int, int, int]], list[Prediction]]:
+    """Fit the model on ours' first `first_k` measured EAGLE trials (seed 0) at `level`; predict
+    every other measured tree at the fitted trials' most common (graph size, fraction)."""
+    metric = at_level("output_throughput", level)
+    accept_metric = at_level("accept_length", level)
+    tab = se.table_from("real", with_objective(spec, metric), table)
+    fitted: list[tuple[Config, ReplayRow]] = []
+    for config in _proposals(tab, budget):
+        row = table.lookup(normalize_config(spec, config))
+        if row is None or row.failure_mode is not FailureMode.NONE or _tree(spec, config) is None:
+            continue
+        fitted.append((config, row))
+        if len(fitted) == first_k:
+            break
+    if not fitted:
+        return [], []
+    knobs = Counter((c.get(_GRAPH), c.get(_MEM)) for c, _ in fitted).most_common(1)[0][0]
+    observations = []
+    for config, row in fitted:
+        steps, topk, draft = _tree(spec, config) or (0, 0, 0)
+        observations.append(
+            TreeObservation(steps, topk, draft, row.metrics[metric], row.metrics.get(accept_metric))
+        )
+    model = SpecModel(observations)
+    seen = {_tree(spec, c) for c, _ in fitted}
+    predictions = []
+    for row in table.rows.values():
+        tree = _tree(spec, row.config)
+        if (
+            tree is None
+            or tree in seen
+            or row.failure_mode is not FailureMode.NONE
+            or (row.config.get(_GRAPH), row.config.get(_MEM)) != knobs
+            or metric not in row.metrics
+        ):
+            continue
+        seen.add(tree)
+        predictions.append(
+            Prediction(
+                tree,
+                knobs,
+                (model.length(*tree), row.metrics.get(accept_metric, math.nan)),
+                (model.throughput(*tree), row.metrics[metric]),
+            )
+        )
+    return [_tree(spec, c) or (0, 0, 0) for c, _ in fitted], predictions
+
+
+def _proposals(tab: se.Table, budget: int) -> list[Config]:
+    """What ours proposes on the table, in order (seed 0)."""
+    out: list[Config] = []
+    spec = tab.spec.model_copy(
+        update={"budget": tab.spec.budget.model_copy(update={"trials": budget})}
+    )
+    from spec_sweep.core.config import baseline_config
+    from spec_sweep.search.searcher import SweepSearcher
+
+    searcher = SweepSearcher(
+        spec, history=[], requeue=[("t0000", baseline_config(spec), 1)], next_index=1
+    )
+    for i in range(budget):
+        proposal = searcher.suggest(f"k{i}")
+        if proposal is None:
+            break
+        row = tab.replay.lookup(normalize_config(spec, proposal.params))
+        mode, metrics = (row.failure_mode, row.metrics) if row else (FailureMode.CRASH, {})
+        searcher.complete(f"k{i}", {"failure_mode": mode.value, **metrics})
+        out.append(dict(proposal.params))
+    return out
+
+
+def diagnosis_agreement(
+    spec: SweepSpec, table: ReplayTable, *, level: int
+) -> tuple[int, int, list[str]]:
+    """(agree, total, disagreements): the break-even verdict (per-request decode speed vs the
+    plain configuration at the same knobs) against the measured output throughput's verdict."""
+    speed = at_level("decode_speed_p50", level)
+    accept = at_level("accept_length", level)
+    metric = at_level("output_throughput", level)
+    plain = {
+        (r.config.get(_GRAPH), r.config.get(_MEM)): r
+        for r in table.rows.values()
+        if r.config.get(ALGORITHM) is None and r.failure_mode is FailureMode.NONE
+    }
+    agree = total = 0
+    notes = []
+    for row in table.rows.values():
+        base = plain.get((row.config.get(_GRAPH), row.config.get(_MEM)))
+        if (
+            row.config.get(ALGORITHM) is None
+            or row.failure_mode is not FailureMode.NONE
+            or base is None
+            or not all(m in row.metrics for m in (speed, accept, metric))
+            or not all(m in base.metrics for m in (speed, metric))
+        ):
+            continue
+        cycle_s = row.metrics[accept] / row.metrics[speed]
+        break_even = base.metrics[speed] * cycle_s
+        says_pays = row.metrics[accept] > break_even
+        pays = row.metrics[metric] > base.metrics[metric]
+        total += 1
+        if says_pays == pays:
+            agree += 1
+        else:
+            notes.append(
+                f"{row.config.get(ALGORITHM)} {_tree(spec, row.config) or ''}: accept "
+                f"{row.metrics[accept]:.2f} vs break-even {break_even:.2f}, throughput "
+                f"x{row.metrics[metric] / base.metrics[metric]:.2f}"
+            )
+    return agree, total, notes
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("table", type=Path, help="the real table (spec-sweep export)")
+    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC)
+    parser.add_argument("--levels", type=int, nargs="+", help="concurrency levels (default all)")
+    parser.add_argument("--budgets", type=int, nargs="+", default=[10, 20, 40])
+    parser.add_argument("--seeds", type=int, default=20, help="runs per seeded strategy")
+    parser.add_argument("--first-k", type=int, default=4, help="EAGLE trials the model fits on")
+    args = parser.parse_args(argv)
+
+    spec = load_spec(args.spec)
+    replay = load_replay(args.table, spec)
+    table, coverage = complete(spec, replay)
+    for line in describe(args.table, spec, replay, coverage):
+        print(line)
+    if coverage.missing:
+        print(f"{len(coverage.missing)} configurations of the grid have no row yet, e.g.:")
+        for config in coverage.missing[:5]:
+            print(f"  {config}")
+        print("finish the table (the same sweep resumes) before reading it further")
+        return 1
+    levels = args.levels or list(spec.workload.concurrency)
+    for level in levels:
+        metric = at_level("output_throughput", level)
+        leveled = with_objective(spec, metric)
+        readings, tab, below = efficiency(leveled, table, budgets=args.budgets, seeds=args.seeds)
+        print(
+            f"\nsearch efficiency, objective {metric} (optimum {tab.best:,.1f}: "
+            f"{sim_grid._short(tab.best_config)})"
+        )
+        print(f"  {'strategy':<44} " + " ".join(f"{'@' + str(b):>15}" for b in args.budgets))
+        labels = list(dict.fromkeys(r.label for r in readings))
+        for label in labels:
+            cells = [r for r in readings if r.label == label]
+            print(
+                f"  {label:<44} " + " ".join(f"{c.median:>7.3f} / {c.worst:<5.3f}" for c in cells)
+            )
+        print(
+            f"  (median / worst decile of best/optimum; ours below random's median in "
+            f"{sum(below)} of {len(below)} runs at {max(args.budgets)})"
+        )
+        fitted, predictions = model_check(
+            spec, table, level=level, first_k=args.first_k, budget=max(args.budgets)
+        )
+        if predictions:
+            print(f"  speculative model fitted on {fitted}, predicting {len(predictions)} trees:")
+            by_shape: dict[str, list[Prediction]] = defaultdict(list)
+            for p in predictions:
+                by_shape[_shape(p.tree)].append(p)
+            for shape, items in sorted(by_shape.items()):
+                acc = [abs(p.accept[0] - p.accept[1]) for p in items if math.isfinite(p.accept[1])]
+                thr = [abs(p.throughput[0] / p.throughput[1] - 1) for p in items]
+                print(
+                    f"    {shape:<8} {len(items):>2} trees: accept length MAE "
+                    f"{statistics.mean(acc) if acc else math.nan:.3f}, throughput mean |error| "
+                    f"{statistics.mean(thr):.1%}"
+                )
+        agree, total, notes = diagnosis_agreement(spec, replay, level=level)  # measured rows
+        if total:
+            print(f"  break-even diagnosis agrees with the measured verdict on {agree}/{total}")
+            for note in notes[:5]:
+                print(f"    {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
