@@ -675,13 +675,16 @@ _SUFFIXES = {
 _LEADS = {"concept": CONCEPT_LEADS, "practical": PRACTICAL_LEADS}
 
 
-def build_prompt_set(eval_prompts: Iterable[str], *, seed: int) -> PromptSet:
+def build_prompt_set(eval_prompts: Iterable[str], *, seed: int, variants: int = 1) -> PromptSet:
     """The templated prompts, none made from a topic that occurs in `eval_prompts`.
 
     Each candidate draws its constraint and lead-in from a `random.Random(seed)` in a fixed
     order (so a seed gives the same set whatever is dropped), then candidates whose topic is a
     case-insensitive substring of an evaluation prompt are dropped, then exact duplicates (and
     any prompt equal to an evaluation prompt); the rest are shuffled by the same generator.
+    With `variants` > 1 each candidate also comes as that many - 1 more prompts, each with a
+    constraint of its kind (and sometimes a lead-in): the same request worded for another
+    answer, so the target's greedy responses (the training data) differ too.
     """
     rng = random.Random(seed)
     held_out = [p.lower() for p in eval_prompts]
@@ -691,10 +694,14 @@ def build_prompt_set(eval_prompts: Iterable[str], *, seed: int) -> PromptSet:
     seen: set[str] = set()
     dropped_topic = dropped_dup = 0
     dropped_topics: set[str] = set()
-    candidates = _candidates()
-    for kind, base, topics in candidates:
+    candidates = [
+        (kind, base, topics, variant)
+        for kind, base, topics in _candidates()
+        for variant in range(max(1, variants))
+    ]
+    for kind, base, topics, variant in candidates:
         text = base
-        if rng.random() < SUFFIX_SHARE:
+        if variant > 0 or rng.random() < SUFFIX_SHARE:
             text += rng.choice(_SUFFIXES[kind])
         if kind in _LEADS and rng.random() < LEAD_SHARE:
             text = rng.choice(_LEADS[kind]) + text

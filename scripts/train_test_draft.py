@@ -5,9 +5,10 @@ published draft head and the GPU machine has no package index, so this script ma
 the target alone, with only torch + transformers + safetensors:
 
 1. **Data from the target itself.** Training prompts come from two sources, `--prompt-mix`
-   (default 0.5) of them from the first: a seeded, templated set written in the style of user
+   (default 0.75) of them from the first: a seeded, templated set written in the style of user
    requests (`scripts/draft_prompts.py`: concepts, programming tasks, creative writing,
-   practical advice, about 5,000 prompts; sampled without replacement), as SpecForge trains on
+   practical advice; about 5,000 requests, each in `--prompt-variants` wordings, 3 by default:
+   about 13,900 prompts; sampled without replacement), as SpecForge trains on
    real chat data; the rest the target's own sampled user turns, each started by one of the
    openers below (`_OPENERS`) and continued by the target (T=0.8), which often read unlike a
    real request. Both are wrapped in the target's chat template (as production sends them); the
@@ -17,7 +18,9 @@ the target alone, with only torch + transformers + safetensors:
    templated prompt is made from a topic that occurs in one of them (nor in the builtin set),
    and no self-generated prompt equals one; tune on one set, report on another. The held-out
    validation sequences (`--val-seqs`) hold both sources in proportion and are also scored per
-   source. The templated set's effect on a GPU is not yet measured.
+   source. On the H200 (2026-12-02) half templated prompts lifted the builtin prompts' accept
+   at (3, 1, 4) from 1.73 to 1.94 offline, and used up the 5,012 single wordings; hence three
+   wordings and three quarters.
 2. **EAGLE-3 with training-time test**, the recipe of SpecForge's `OnlineEagle3Model`
    (sgl-project/SpecForge `specforge/algorithms/eagle3/model.py`): the target's hidden states
    after three decoder layers are concatenated and projected by `fc`; one decoder layer takes
@@ -995,7 +998,9 @@ def _load_or_generate_data(
     held_out = load_eval_prompts(args.eval_prompts, limit=None)
     if args.eval_prompts.resolve() != BUILTIN_PROMPTS.resolve():
         held_out += load_eval_prompts(BUILTIN_PROMPTS, limit=None)
-    templated = draft_prompts.build_prompt_set([*held_out, *eval_prompts], seed=args.seed)
+    templated = draft_prompts.build_prompt_set(
+        [*held_out, *eval_prompts], seed=args.seed, variants=args.prompt_variants
+    )
     fingerprint = {
         "target": str(args.target.resolve()),
         "seed": args.seed,
@@ -1008,6 +1013,7 @@ def _load_or_generate_data(
         "chat_template": parts is not None,
         "eval_prompts": eval_prompts,
         "prompt_mix": args.prompt_mix,
+        "prompt_variants": args.prompt_variants,
         "templated_prompts": templated.stats["sha256_16"] if args.prompt_mix > 0 else None,
     }
     if args.data is not None and args.data.is_file():
@@ -1055,6 +1061,7 @@ def _load_or_generate_data(
         "train_prompts": len(prompts),
         "train_prompts_by_source": {k: len(v) for k, v in by_source.items()},
         "prompt_mix": args.prompt_mix,
+        "prompt_variants": args.prompt_variants,
         "templated_prompt_set": {
             k: v for k, v in templated.stats.items() if k != "dropped_eval_topics"
         },
@@ -1093,9 +1100,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add(
         "--prompt-mix",
         type=float,
-        default=0.5,
+        default=0.75,
         help="share of training prompts from the templated set (scripts/draft_prompts.py), "
         "the rest self-generated",
+    )
+    add(
+        "--prompt-variants",
+        type=int,
+        default=3,
+        help="wordings of each templated request (scripts/draft_prompts.py `variants`)",
     )
     add(
         "--max-data-seconds",

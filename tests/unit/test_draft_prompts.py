@@ -87,3 +87,17 @@ def test_an_exclusion_drops_exactly_the_prompts_of_that_topic() -> None:
     assert len(gone) == len(dp.CREATIVE_TEMPLATES) == fewer.stats["dropped_eval_topic"]
     assert all("the northern lights" in p for p in gone)
     assert set(fewer.prompts) <= set(full.prompts)
+
+
+def test_variants_word_each_request_again() -> None:
+    one = dp.build_prompt_set(EVAL, seed=0)
+    three = dp.build_prompt_set(EVAL, seed=0, variants=3)
+    stats = three.stats
+    assert stats["candidates"] == 3 * one.stats["candidates"]
+    assert stats["candidates"] == (
+        stats["prompts"] + stats["dropped_eval_topic"] + stats["dropped_duplicate"]
+    )
+    # a variant repeats another's constraint now and then (a duplicate, dropped): most are new
+    assert len(three.prompts) > 2.4 * len(one.prompts)
+    assert len(set(three.prompts)) == len(three.prompts)
+    assert stats["dropped_eval_topic"] == 3 * one.stats["dropped_eval_topic"]
