@@ -22,8 +22,8 @@
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
-# short loses the least: draft-0.5.17 hours-0.5.17 adaptive-0.5.17 matrixbase-0.5.17
-# table-0.5.17 (the matrix, quality and sweep jobs have passed on both versions: name them with
+# short loses the least: draft-0.5.17 trained-0.5.17 wcache-0.5.17 table-0.5.17 hours-0.5.17
+# (the matrix, quality, adaptive and sweep jobs have passed on both versions: name them with
 # --jobs to run them again).
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
 #                on the GPU from the target's own generations; it replaces the random-weight
@@ -49,7 +49,7 @@
 #                store come back in out/V/table; unpack that folder here as .real-table/table
 #                (ignored) and carry it with the next session's first call
 #   matrixrest-V the matrix without its OOM and rejection tests; matrixbase-V: baseline x3 and
-#                the trained head only
+#                the trained head only; trained-V: the trained head's chain and tree only
 #   wcache-V     the hours job's weight-cache test alone
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
@@ -63,7 +63,7 @@ REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 hours-0.5.17 adaptive-0.5.17 matrixbase-0.5.17 table-0.5.17}"
+JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 trained-0.5.17 wcache-0.5.17 table-0.5.17 hours-0.5.17}"
 # 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
 PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
@@ -282,11 +282,13 @@ cmd_job() {
     matrix)
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
-    matrixrest | matrixbase)
+    matrixrest | matrixbase | trained)
       # Parts of the matrix, for a version whose earlier session passed the rest: matrixrest is
-      # all but the OOM and rejection tests, matrixbase the baseline x3 and the trained head.
+      # all but the OOM and rejection tests, matrixbase the baseline x3 and the trained head,
+      # trained the trained head's chain and tree alone.
       local k="not oom_at_both_ends and not rejected_speculative"
       [ "$kind" = matrixbase ] && k="baseline_three_boots or trained_eagle3"
+      [ "$kind" = trained ] && k="trained_eagle3"
       "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     draft)
