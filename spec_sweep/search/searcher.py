@@ -12,7 +12,9 @@ rejects is never launched and one it rewrites is proposed as what actually runs.
 proposes a configuration already measured or running: a model proposal that repeats one is asked
 again (three times); if the model insists, the sweep takes a local step instead, an unmeasured
 neighbour of that configuration (one value changed), the one least likely to fail by
-`sampling.FailureModel`, seeded ties. Random search stays random: it just draws again.
+`sampling.FailureModel`, seeded ties. Random search stays random: it just draws again. A grid
+search enumerates its points and skips, without a boot, those SGLang's tree rules reject or
+rewrite into a configuration already run.
 
 A trial teaches the searcher one way, whether it is read from the record when the searcher is
 built (a resumed sweep) or reported by Ray Tune as it ends (`_learn`): a measured trial
@@ -348,14 +350,13 @@ class SweepSearcher:
             return None
         if self._guide is not None:
             return self._guide.unseen_launch(config, seen=self._seen)
-        if self._grid:
+        if self._grid and (
+            not check_tree(config, server_args=self._spec.node.server_args).runs
+            or self._effective_key(config) in self._seen
+        ):
             # A grid enumerates: a point SGLang rejects, or rewrites into one already run, is
             # skipped, never booted (the first real table spent a boot on (1, 4, 8)).
-            check = check_tree(config, server_args=self._spec.node.server_args)
-            if not check.runs:
-                return None
-            if config_key(normalize_config(self._spec, check.config)) in self._seen:
-                return None
+            return None
         return config
 
     def _effective_key(self, config: Mapping[str, Scalar]) -> str | None:
