@@ -22,7 +22,7 @@
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
-# short loses the least: draft-0.5.17 trained-0.5.17 wcache-0.5.17 table-0.5.17 hours-0.5.17
+# short loses the least: draft-0.5.17 trained-0.5.17 hours-0.5.17 table-0.5.17
 # (the matrix, quality, adaptive and sweep jobs have passed on both versions: name them with
 # --jobs to run them again).
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
@@ -63,7 +63,7 @@ REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
-JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 trained-0.5.17 wcache-0.5.17 table-0.5.17 hours-0.5.17}"
+JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 trained-0.5.17 hours-0.5.17 table-0.5.17}"
 # 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
 PART_MB="${PART_MB:-56}"
 MODEL="$REPO/.models/smollm2-135m"
@@ -339,13 +339,14 @@ cmd_job() {
         --tracking-uri "sqlite:///$out/mlflow.db" >>"$out/run.log" 2>&1
       rc=$?; tail -30 "$out/run.log" ;;
     hours)
-      # the weight cache first: what a session cut short should still have measured
+      # the weight cache and the memory rule first: what a session cut short should still have
+      # measured (the compile caches were measured cold then warm twice already)
       local f=tests/real/test_node_hours_real.py
       "$PY" -m pytest -p no:cacheprovider -q -rA -s \
         "$f::test_weight_cache_client_boots_faster_with_the_same_results" \
-        "$f::test_pinned_compile_caches_cold_then_warm" \
         "$f::test_the_memory_rule_against_real_boots_at_both_ends" \
-        "$f::test_every_trial_carries_its_boot_phases" >"$out/pytest.log" 2>&1
+        "$f::test_every_trial_carries_its_boot_phases" \
+        "$f::test_pinned_compile_caches_cold_then_warm" >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     wcache)
       # the weight-cache test of the hours job alone (three boots: daemon, disk, client)
