@@ -51,9 +51,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_efficiency as se  # noqa: E402
 import sim_grid  # noqa: E402
 
-from spec_sweep.core.config import Config, config_key, normalize_config  # noqa: E402
+from spec_sweep.core.config import (  # noqa: E402
+    Config,
+    baseline_config,
+    config_key,
+    normalize_config,
+)
 from spec_sweep.core.outcome import FailureMode  # noqa: E402
 from spec_sweep.present.report.format import at_level  # noqa: E402
+from spec_sweep.search.searcher import SweepSearcher  # noqa: E402
 from spec_sweep.search.spec_model import SpecModel, TreeObservation  # noqa: E402
 from spec_sweep.search.tree_rules import (  # noqa: E402
     ALGORITHM,
@@ -285,9 +291,6 @@ def _proposals(tab: se.Table, budget: int) -> list[Config]:
     spec = tab.spec.model_copy(
         update={"budget": tab.spec.budget.model_copy(update={"trials": budget})}
     )
-    from spec_sweep.core.config import baseline_config
-    from spec_sweep.search.searcher import SweepSearcher
-
     searcher = SweepSearcher(
         spec, history=[], requeue=[("t0000", baseline_config(spec), 1)], next_index=1
     )
