@@ -41,9 +41,9 @@
 #                head at 1, 8 and 32 concurrent requests, the adaptive config built from them booted
 #                and measured at the same levels (ADAPTIVE_SWEEP=1 adds the whole sweep with its
 #                adaptive phase); results/adaptive-summary.json
-#   hours-V      tests/real/test_node_hours_real.py: boot phases, the memory rule at both ends of
-#                the real boundary, pinned compile caches cold then warm, the weight cache
-#                (0.5.17+) against a disk boot; results/node-hours-*.json
+#   hours-V      tests/real/test_node_hours_real.py: the weight cache (0.5.17+) against a disk boot
+#                and the memory rule at both ends of the real boundary (HOURS_ALL=1 adds the boot
+#                phases and the pinned compile caches cold then warm); results/node-hours-*.json
 #   table-V      sweeps/real_table_smollm2.yaml: the real replay table (76 configurations x c1/8/32,
 #                the top 10 booted twice more), resumable across sessions: its state and MLflow
 #                store come back in out/V/table; unpack that folder here as .real-table/table
@@ -313,8 +313,12 @@ cmd_job() {
           more=(--init-from "$head" --seed "$seed" --lr 3e-4)
           log "draft: continuing the carried head (accept $accept < 2) with seed $seed"
         fi
+        # 480 s and 4,500 steps: the 330 s head of the fourth session stopped at 2,808 steps and
+        # accept 1.94 (the schedule decays by the larger of steps and seconds done)
         "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
-          --data "$SS/runs/draft-data.json" --min-accept-length 2 "${more[@]}" >"$out/train.log" 2>&1
+          --data "$SS/runs/draft-data.json" --min-accept-length 2 \
+          --steps "${DRAFT_STEPS:-4500}" --max-train-seconds "${DRAFT_TRAIN_S:-480}" \
+          "${more[@]}" >"$out/train.log" 2>&1
         rc=$?; tail -25 "$out/train.log"
         # The head comes back with `collect` (about 20 MB): carry it next time as .draft-head.
         mkdir -p "$out/head" && cp "$MODEL-eagle3-trained"/* "$out/head/" 2>/dev/null
@@ -332,21 +336,26 @@ cmd_job() {
       # The real replay table (sweeps/real_table_smollm2.yaml): a resumable sweep whose state and
       # MLflow store live under $out, which `collect` brings back; a session that carries the
       # previous one's folder as .real-table/table (same absolute path here) resumes it.
+      # A session's ignored folders do not outlive it, so the state also lands in the repository
+      # (benchmarks/real/table-V/state.tar.xz: the sweep state and the MLflow store, no logs).
       if [ -d "$REPO/.real-table/table/state" ] && [ ! -d "$out/state" ]; then
         cp -r "$REPO/.real-table/table/." "$out/" && log "table: resuming the carried sweep"
+      elif [ -f "$REPO/benchmarks/real/table-$v/state.tar.xz" ] && [ ! -d "$out/state" ]; then
+        tar -xJf "$REPO/benchmarks/real/table-$v/state.tar.xz" -C "$out" &&
+          log "table: resuming the sweep of benchmarks/real/table-$v/state.tar.xz"
       fi
       "$PY" -m spec_sweep.run sweeps/real_table_smollm2.yaml --state-dir "$out/state" \
         --tracking-uri "sqlite:///$out/mlflow.db" >>"$out/run.log" 2>&1
       rc=$?; tail -30 "$out/run.log" ;;
     hours)
-      # the weight cache and the memory rule first: what a session cut short should still have
-      # measured (the compile caches were measured cold then warm twice already)
-      local f=tests/real/test_node_hours_real.py
-      "$PY" -m pytest -p no:cacheprovider -q -rA -s \
-        "$f::test_weight_cache_client_boots_faster_with_the_same_results" \
-        "$f::test_the_memory_rule_against_real_boots_at_both_ends" \
-        "$f::test_every_trial_carries_its_boot_phases" \
-        "$f::test_pinned_compile_caches_cold_then_warm" >"$out/pytest.log" 2>&1
+      # the weight cache and the memory rule only: the boot phases and the compile caches (cold
+      # then warm) passed in two sessions already; HOURS_ALL=1 runs them too
+      local f=tests/real/test_node_hours_real.py tests=()
+      tests=("$f::test_weight_cache_client_boots_faster_with_the_same_results"
+             "$f::test_the_memory_rule_against_real_boots_at_both_ends")
+      [ "${HOURS_ALL:-0}" = 1 ] && tests+=("$f::test_every_trial_carries_its_boot_phases"
+                                           "$f::test_pinned_compile_caches_cold_then_warm")
+      "$PY" -m pytest -p no:cacheprovider -q -rA -s "${tests[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     wcache)
       # the weight-cache test of the hours job alone (three boots: daemon, disk, client)
