@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -72,8 +73,13 @@ _MEM = "mem-fraction-static"
 _ALGO = "speculative-algorithm"
 _RECORD = "daemon.json"
 _FOLDER = "_weight_cache"
-#: SGLang's daemon launcher logs this once every rank is ready (weight_cache/daemon.py
-#: 0.5.17:774, 0.5.23:849: "All N weight cache daemons on node R are ready").
+#: Each rank's daemon logs this once its weights are loaded, its ready file written and its
+#: socket listening ("[WeightCacheDaemon gpu=N] Listening on /tmp/...sock", weight_cache/
+#: daemon.py 0.5.17:424, 0.5.23:512; each rank configures its own logging, :557 / :633). The
+#: launcher's own "All N weight cache daemons on node R are ready" (0.5.17:774, 0.5.23:849) is
+#: logged without any logging configured in the launcher, so it never reaches the log: the
+#: first real daemon (2026-12-02, H200) was ready and waited on until the boot timeout.
+LISTENING_TEXT = "] Listening on "
 READY_TEXT = "weight cache daemons on node"
 #: Daemon flags taken from the fixed server arguments (weight_cache/daemon.py 0.5.17:815-903).
 _DAEMON_FLAGS = (
@@ -238,7 +244,7 @@ def _start(spec: SweepSpec, folder: Path, *, simulate: bool, timeout_s: float) -
     record: dict[str, Any] = {"pid": proc.pid, "pgid": proc.pid, "argv": argv, "held_gib": None}
     (folder / _RECORD).write_text(json.dumps(record))
     deadline = time.monotonic() + timeout_s
-    while READY_TEXT not in log_path.read_text(errors="replace"):
+    while not _ready(log_path.read_text(errors="replace"), _ranks(spec)):
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_process_group(proc.pid, grace_s=5.0, leader=proc)
             (folder / _RECORD).unlink(missing_ok=True)
@@ -250,6 +256,18 @@ def _start(spec: SweepSpec, folder: Path, *, simulate: bool, timeout_s: float) -
         record["held_gib"] = max(b - a for b, a in zip(before, after, strict=False))
     (folder / _RECORD).write_text(json.dumps(record))
     return record
+
+
+def _ranks(spec: SweepSpec) -> int:
+    """How many daemons the launcher starts on one node: one per TP x PP rank."""
+    args = spec.node.server_args
+    sizes = [args.get(key) for key in ("tp-size", "pp-size")]
+    return math.prod(int(v) for v in sizes if isinstance(v, int) and v > 0)
+
+
+def _ready(log: str, ranks: int) -> bool:
+    """Whether the daemon's log says every rank is serving (see `LISTENING_TEXT`)."""
+    return READY_TEXT in log or log.count(LISTENING_TEXT) >= ranks
 
 
 def plan_client(

@@ -122,7 +122,7 @@ def test_weight_cache_clients_boot_faster_and_the_daemon_goes_with_the_sweep(
         command = (outcome.state.trials_dir / trial_id / "attempt1" / "command.txt").read_text()
         assert "--weight-cache-mode client" in command
     (daemon_log,) = (outcome.state.trials_dir / "_weight_cache").glob("*/daemon.log")  # one node
-    assert "weight cache daemons on node 0 are ready" in daemon_log.read_text()
+    assert "[WeightCacheDaemon gpu=0] Listening on " in daemon_log.read_text()
     # torn down with the sweep
     assert not (daemon_log.parent / "daemon.json").exists()
     import psutil

@@ -110,3 +110,26 @@ def test_no_client_before_a_disk_boot_of_the_weights(tmp_path: Path) -> None:
     }
     (folder / "result.json").write_text(json.dumps(client))
     assert plan_client(spec, config, root=root) is None  # type: ignore[arg-type]
+
+
+def test_the_daemon_is_ready_when_every_rank_listens() -> None:
+    # What SGLang 0.5.17's daemons print, one per rank in its own logging format (daemon.py
+    # :557, :424); the launcher's "All N ... are ready" (:774) never reaches the log, since the
+    # launcher configures no logging (the first real daemon waited out its boot timeout for it).
+    from spec_sweep.node.weight_cache import _ready
+
+    def line(rank: int, message: str) -> str:
+        return f"2026-12-02 11:41:0{rank},123 [Daemon gpu={rank} tp_rank={rank}] INFO {message}\n"
+
+    loading = "".join(
+        line(r, f"[WeightCacheDaemon gpu={r} tp_rank={r}] Loading model from disk: /m")
+        for r in (0, 1)
+    )
+    one = loading + line(0, "[WeightCacheDaemon gpu=0] Listening on /tmp/x_rank0.sock")
+    both = one + line(1, "[WeightCacheDaemon gpu=1] Listening on /tmp/x_rank1.sock")
+    assert not _ready(loading, 2)
+    assert not _ready(one, 2)
+    assert _ready(both, 2)
+    assert _ready(one, 1)
+    # a launcher whose logging is configured says so itself
+    assert _ready(loading + "All 2 weight cache daemons on node 0 are ready (pp_ranks=0..0)", 2)
