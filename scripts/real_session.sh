@@ -29,10 +29,10 @@
 #                on the GPU from the target's own generations; it replaces the random-weight
 #                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
 #                after it serve the trained head (train_summary.json says so). The head comes
-#                back in out/V/draft/head; unpacked here as .draft-head (ignored) and carried
-#                with the next session's first call, it is installed instead of trained when
-#                it reached accept 2 at (3, 1, 4) offline (or DRAFT_REUSE=1), else its training
-#                continues (--init-from, the next seed's prompts).
+#                back in out/V/draft/head; kept in the repository as benchmarks/real/draft-head
+#                (it travels with every call; a carried .draft-head wins), it is installed
+#                instead of trained when it reached accept 2 at (3, 1, 4) offline (or
+#                DRAFT_REUSE=1), else its training continues (--init-from, next seed's prompts).
 #   quality-all  scripts/real_quality.py for every version at once: 10 servers each on the one
 #                GPU, greedy outputs + top logprobs, raw and chat; SSE fixtures
 #   matrix-V     tests/real/test_matrix.py: baseline x3, OOM at both ends, the rejection, NGRAM d8,
@@ -64,8 +64,9 @@ SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
 VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
 JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 trained-0.5.17 hours-0.5.17 table-0.5.17}"
-# 56 MiB a call leaves 8 MiB of the 64 MiB limit for the working tree that travels with it.
-PART_MB="${PART_MB:-56}"
+# 24 MiB a call leaves 40 MiB of the 64 MiB limit for the working tree that travels with it
+# (about 34 MiB with benchmarks/real/draft-head; a call that carries a part takes seconds).
+PART_MB="${PART_MB:-24}"
 MODEL="$REPO/.models/smollm2-135m"
 MATRIX_TESTS=(
   "tests/real/test_matrix.py::test_baseline_three_boots"
@@ -280,7 +281,7 @@ cmd_job() {
       for p in "${pids[@]}"; do wait "$p" || rc=$?; done
       for v2 in $(job_versions "$job"); do tail -14 "$SS/out/$v2/quality/run.log"; done ;;
     matrix)
-      "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
+      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     matrixrest | matrixbase | trained)
       # Parts of the matrix, for a version whose earlier session passed the rest: matrixrest is
@@ -289,10 +290,14 @@ cmd_job() {
       local k="not oom_at_both_ends and not rejected_speculative"
       [ "$kind" = matrixbase ] && k="baseline_three_boots or trained_eagle3"
       [ "$kind" = trained ] && k="trained_eagle3"
-      "$PY" -m pytest -p no:cacheprovider -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
+      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     draft)
+      # The head of an earlier session: carried as .draft-head, else the one in the repository
+      # (benchmarks/real/draft-head: the real table's head; ignored folders do not outlive a
+      # session). Without its tokenizer files: the target's are copied in.
       local head="$REPO/.draft-head" accept="" more=()
+      [ -f "$head/train_summary.json" ] || head="$REPO/benchmarks/real/draft-head"
       if [ -f "$head/train_summary.json" ]; then
         accept=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["accept_length_3_1_4"])' \
           "$head/train_summary.json" 2>/dev/null)
@@ -301,7 +306,10 @@ cmd_job() {
           "$PY" -c 'import sys; sys.exit(float(sys.argv[1]) < 2)' "$accept"; }; then
         # A head trained in an earlier session, carried back (`carry: [".draft-head"]`), that
         # reached the goal (or DRAFT_REUSE=1): installed as it is, no training.
-        rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained"
+        rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained" &&
+          for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
+            [ -f "$MODEL-eagle3-trained/$f" ] || cp "$MODEL/$f" "$MODEL-eagle3-trained/"
+          done
         rc=$?; log "draft: the carried head from .draft-head (accept $accept, no training)" |
           tee "$out/train.log"
       else
@@ -330,7 +338,7 @@ cmd_job() {
       fi ;;
     adaptive)
       SPEC_SWEEP_REAL_ADAPTIVE_SWEEP="${ADAPTIVE_SWEEP:-0}" \
-        "$PY" -m pytest -p no:cacheprovider -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
+        "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -40 "$out/pytest.log" ;;
     table)
       # The real replay table (sweeps/real_table_smollm2.yaml): a resumable sweep whose state and
@@ -355,17 +363,17 @@ cmd_job() {
              "$f::test_the_memory_rule_against_real_boots_at_both_ends")
       [ "${HOURS_ALL:-0}" = 1 ] && tests+=("$f::test_every_trial_carries_its_boot_phases"
                                            "$f::test_pinned_compile_caches_cold_then_warm")
-      "$PY" -m pytest -p no:cacheprovider -q -rA -s "${tests[@]}" >"$out/pytest.log" 2>&1
+      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA -s "${tests[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     wcache)
       # the weight-cache test of the hours job alone (three boots: daemon, disk, client)
-      "$PY" -m pytest -p no:cacheprovider -q -rA -s \
+      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA -s \
         "tests/real/test_node_hours_real.py::test_weight_cache_client_boots_faster_with_the_same_results" \
         >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
-        "$PY" -m pytest -p no:cacheprovider -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
+        "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     *) echo "unknown job $job"; return 2 ;;
   esac
