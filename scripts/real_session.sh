@@ -57,7 +57,9 @@
 # Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
 #
 # Other subcommands: parts | unpack | install V... | model | runner | status | collect [TAG] |
-# env V (the exports that select SGLang V) | job NAME (one job in the foreground).
+# env V (the exports that select SGLang V) | job NAME (one job in the foreground) |
+# land-table DIR [V] (here: a collected out/V/table -> benchmarks/real/table-V/state.tar.xz, to
+# commit; the next session's table job resumes from it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -467,6 +469,16 @@ cmd_collect() {
   log "collect: $(du -h "$tarball" | cut -f1) -> \$OUT ($(ls "$OUT" | tr '\n' ' '))"
 }
 
+cmd_land_table() {  # DIR [V]: a collected out/V/table -> benchmarks/real/table-V/state.tar.xz
+  local dir="$1" v="${2:-0.5.17}"
+  [ -d "$dir/state" ] && [ -f "$dir/mlflow.db" ] || { echo "land-table: $dir has no state/ and mlflow.db"; return 2; }
+  mkdir -p "benchmarks/real/table-$v"
+  # the sweep's state and store; the trials' server logs stay out (the store has every figure)
+  tar -C "$dir" --exclude='server.log' --exclude='*.log.*' -cf - state mlflow.db |
+    xz -9 -T0 >"benchmarks/real/table-$v/state.tar.xz"
+  log "land-table: benchmarks/real/table-$v/state.tar.xz ($(du -h "benchmarks/real/table-$v/state.tar.xz" | cut -f1))"
+}
+
 all_done() { [ "$(cat "$SS/runs/current" 2>/dev/null)" = "all" ]; }
 
 cmd_auto() {
@@ -497,6 +509,7 @@ case "${1:-}" in
   runner) cmd_runner ;;
   status) cmd_status ;;
   collect) shift; cmd_collect "$@" ;;
+  land-table) shift; cmd_land_table "$@" ;;
   auto) shift; cmd_auto "$@" ;;
   *) sed -n '2,35p' "$0"; exit 2 ;;
 esac
