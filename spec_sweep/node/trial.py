@@ -43,7 +43,7 @@ from spec_sweep.node.ports import choose_server_port
 from spec_sweep.node.procs import group_pids
 from spec_sweep.node.quality import QualityCheck, check_quality
 from spec_sweep.node.server import ReadyResult, ServerProcess, launch_server
-from spec_sweep.node.weight_cache import compile_env, daemon_pids, plan_client
+from spec_sweep.node.weight_cache import client_mapped, compile_env, daemon_pids, plan_client
 from spec_sweep.spec import SweepSpec
 
 __all__ = ["run_trial"]
@@ -139,8 +139,15 @@ def run_trial(
     if client is not None:
         # A client's log shows the daemon's weights as already taken: no memory facts from it.
         metrics = {k: v for k, v in metrics.items() if k not in (AVAIL_METRIC, WEIGHTS_METRIC)}
-        metrics[WEIGHT_CACHE_METRIC] = 1.0
-        reason = f"{reason} ({client.note})" if reason else client.note
+        note = client.note
+        mapped = client_mapped(server.log_text())
+        if mapped is not None:
+            # only what SGLang says it did counts: a client that found no daemon (or one whose
+            # weights do not match) loads from disk and says so
+            metrics[WEIGHT_CACHE_METRIC] = 1.0 if mapped else 0.0
+        if mapped is False:
+            note += ", but SGLang found no matching daemon and loaded the weights from disk"
+        reason = f"{reason} ({note})" if reason else note
     return TrialResult(
         trial_id=trial_id,
         config=config,

@@ -60,6 +60,7 @@ __all__ = [
     "CLIENT_FLAG",
     "ClientPlan",
     "client_fraction",
+    "client_mapped",
     "compile_env",
     "daemon_command",
     "daemon_pids",
@@ -81,6 +82,11 @@ _FOLDER = "_weight_cache"
 #: first real daemon (2026-12-02, H200) was ready and waited on until the boot timeout.
 LISTENING_TEXT = "] Listening on "
 READY_TEXT = "weight cache daemons on node"
+#: What a client's server logs when it mapped the daemon's weights, and when it did not find
+#: them (no socket, or a config mismatch) and loaded from disk (weight_cache/ipc_loader.py
+#: 0.5.17:155 and :114).
+MAPPED_TEXT = "[IpcModelLoader] Loaded model via IPC"
+FELL_BACK_TEXT = "falling back to disk load"
 #: Daemon flags taken from the fixed server arguments (weight_cache/daemon.py 0.5.17:815-903).
 _DAEMON_FLAGS = (
     "tp-size",
@@ -308,6 +314,14 @@ def plan_client(
         overrides[_MEM] = translated
         note += f" (--mem-fraction-static {translated:g} for the disk boot's {fraction:g})"
     return ClientPlan(overrides, tuple(group_pids(int(record["pgid"]))), note)
+
+
+def client_mapped(log: str) -> bool | None:
+    """Whether a client's server mapped the daemon's weights (True), loaded them from disk
+    after all (False), or has not logged its load yet (None, e.g. it failed before)."""
+    if FELL_BACK_TEXT in log:
+        return False
+    return True if MAPPED_TEXT in log else None
 
 
 def stop_daemons(root: Path) -> int:

@@ -293,10 +293,15 @@ async def boot_node(
     log.ranks(f"Load weight begin. avail mem={plan.pre_load_avail_gib:.2f} GB", tp)
     # A weight-cache client maps the daemon's weights over CUDA IPC instead of reading them
     # (the time is an assumption until measured; the memory is modelled as a disk boot's).
-    load_s = CLIENT_LOAD_S if cfg.weight_cache_mode == "client" else boot.load_weights
+    client = cfg.weight_cache_mode == "client"
+    load_s = CLIENT_LOAD_S if client else boot.load_weights
     await _pause(options, load_s)
     if await _fail_at(plan, "load", log=log, workers=workers):
         return None
+    if client:  # SGLang's client loader (weight_cache/ipc_loader.py 0.5.17:121, :155)
+        tensors = profile.model.num_layers * 9 + 3
+        log.ranks(f"[IpcModelLoader] Fetched {tensors} IPC handles from daemon in 0.05s", tp)
+        log.ranks(f"[IpcModelLoader] Loaded model via IPC (mode=client), total={load_s:.2f}s", tp)
     quant = f"{profile.model.quant_log}, " if profile.model.quant_log else ""
     log.ranks(
         f"Load weight end. elapsed={load_s:.2f} s, "

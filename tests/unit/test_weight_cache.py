@@ -133,3 +133,24 @@ def test_the_daemon_is_ready_when_every_rank_listens() -> None:
     assert _ready(one, 1)
     # a launcher whose logging is configured says so itself
     assert _ready(loading + "All 2 weight cache daemons on node 0 are ready (pp_ranks=0..0)", 2)
+
+
+def test_a_client_counts_only_when_sglang_says_it_mapped_the_daemons_weights() -> None:
+    # the client loader's lines (weight_cache/ipc_loader.py 0.5.17: :121/:155 mapped, :442/:114
+    # no daemon): a client that found none loads from disk and must not count as one
+    from spec_sweep.node.weight_cache import client_mapped
+
+    begin = "[2026-12-02 11:41:04] Load weight begin. avail mem=138.23 GB\n"
+    mapped = (
+        begin + "[2026-12-02 11:41:04] [IpcModelLoader] Fetched 273 IPC handles from daemon in "
+        "0.04s\n[2026-12-02 11:41:05] [IpcModelLoader] Loaded model via IPC (mode=client), "
+        "total=0.31s\n"
+    )
+    fell_back = (
+        begin + "[2026-12-02 11:41:04] [IpcModelLoader] Daemon socket not found at "
+        "/tmp/sglang_weight_cache_rank0.sock.\n[2026-12-02 11:41:04] [IpcModelLoader] Weight "
+        "cache not available or config mismatch, falling back to disk load\n"
+    )
+    assert client_mapped(mapped) is True
+    assert client_mapped(fell_back) is False
+    assert client_mapped(begin) is None
