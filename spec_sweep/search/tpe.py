@@ -6,11 +6,12 @@ public `Trial.set_constraint`) as infeasible observations (TPE puts them on the 
 its density split) and, because that alone barely steers TPE (the bad side also holds every
 slow configuration), multiplies TPE's acquisition by the probability that a candidate runs, from
 a `FailureModel`. Doing so needs three private pieces of Optuna 5.0, and this module is the only
-one that touches them: the `_compute_acquisition_func` hook of `TPESampler`, the
+one that touches them (unchanged in 5.1): the `_compute_acquisition_func` hook of `TPESampler`, the
 `_ParzenEstimator` type it receives, and `Study._get_trials`, which TPE calls to read the
 history (a read-only view adds the infeasible FAIL trials to what it returns).
-`tests/unit/test_private_api_contracts.py` pins the Optuna version and checks each of them, so an
-upgrade that changes them fails there first.
+`tests/unit/test_private_api_contracts.py` checks the installed Optuna is one of
+`OPTUNA_VERSIONS` (pyproject.toml admits no newer one) and checks each of them, so an upgrade that
+changes them fails there first.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["OPTUNA_VERSION", "FailureAwareTPESampler", "FailureModel", "failure_model"]
+__all__ = ["OPTUNA_VERSIONS", "FailureAwareTPESampler", "FailureModel", "failure_model"]
 
-#: The Optuna version whose private API this module was checked against.
-OPTUNA_VERSION = "5.0.0"
+#: The Optuna versions whose private API this module was checked against (5.0.0 -> 5.1.0 changed
+#: none of it: `_tpe/` only a comment and a docstring; `GridSampler.after_trial`, which
+#: `sampling._Grid` replaces whole, learnt to skip enqueued trials).
+OPTUNA_VERSIONS = ("5.0.0", "5.1.0")
 #: Weight of log P(runs) in the acquisition (log l(x) - log g(x) + w log P(runs | x)).
 _RISK_WEIGHT = 3.0
 #: Pseudo-count of the failure model: a value blamed for b failures fails with b / (b + this).

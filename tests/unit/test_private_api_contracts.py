@@ -24,10 +24,19 @@ ROOT = Path(__file__).resolve().parents[2] / "spec_sweep"
 
 
 def test_optuna_version_is_the_one_checked() -> None:
-    assert optuna.__version__ == tpe.OPTUNA_VERSION, (
+    assert optuna.__version__ in tpe.OPTUNA_VERSIONS, (
         f"Optuna {optuna.__version__} installed, spec_sweep/search/tpe.py was checked against "
-        f"{tpe.OPTUNA_VERSION}: re-check its private uses, then update OPTUNA_VERSION"
+        f"{tpe.OPTUNA_VERSIONS}: re-check its private uses, then add it to OPTUNA_VERSIONS and "
+        "raise pyproject.toml's bound"
     )
+
+
+def test_the_install_pins_admit_only_checked_versions() -> None:
+    # A fresh machine installs the newest release the pins admit: it must be one checked here
+    # (a new Optuna on the index once failed a fresh install's suite while ours stayed green).
+    text = (ROOT.parent / "pyproject.toml").read_text()
+    assert '"optuna>=5.0,<5.2"' in text and max(tpe.OPTUNA_VERSIONS) < "5.2"
+    assert f'"ray[tune]=={cluster.RAY_VERSION}"' in text
 
 
 def test_tpe_acquisition_hook_has_the_signature_we_override() -> None:
