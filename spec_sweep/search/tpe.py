@@ -5,8 +5,8 @@ Optuna's TPE ignores FAIL trials entirely, so a failed server boot would teach i
 public `Trial.set_constraint`) as infeasible observations (TPE puts them on the "bad" side of
 its density split) and, because that alone barely steers TPE (the bad side also holds every
 slow configuration), multiplies TPE's acquisition by the probability that a candidate runs, from
-a `FailureModel`. Doing so needs three private pieces of Optuna 5.0, and this module is the only
-one that touches them (unchanged in 5.1): the `_compute_acquisition_func` hook of `TPESampler`, the
+a `FailureModel`. Doing so needs three private pieces of Optuna 5.0 (unchanged in 5.1), and this
+module is the only one that touches them: the `_compute_acquisition_func` hook of `TPESampler`, the
 `_ParzenEstimator` type it receives, and `Study._get_trials`, which TPE calls to read the
 history (a read-only view adds the infeasible FAIL trials to what it returns).
 `tests/unit/test_private_api_contracts.py` checks the installed Optuna is one of
