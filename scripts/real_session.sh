@@ -47,8 +47,9 @@
 #                phases and the pinned compile caches cold then warm); results/node-hours-*.json
 #   table-V      sweeps/real_table_smollm2.yaml: the real replay table (76 configurations x c1/8/32,
 #                the top 10 booted twice more), resumable across sessions: its state and MLflow
-#                store come back in out/V/table; unpack that folder here as .real-table/table
-#                (ignored) and carry it with the next session's first call
+#                store come back in out/V/table; `land-table` that folder here into
+#                benchmarks/real/table-V/state.tar.xz and commit it: the next session's job
+#                resumes from it (a carried .real-table/table wins)
 #   matrixrest-V the matrix without its OOM and rejection tests; matrixbase-V: baseline x3 and
 #                the trained head only; trained-V: the trained head's chain and tree only
 #   wcache-V     the hours job's weight-cache test alone
