@@ -278,6 +278,8 @@ cmd_job() {
   eval "$(cmd_env "$v")"
   export SPEC_SWEEP_REAL_OUT="$out"
   local t0=$SECONDS rc=0
+  # pytest's folders under the job's output: a session cut short brings back the trials' logs
+  local pytest=("$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp")
   case "$kind" in
     quality)
       local port=21000 pids=() p
@@ -288,7 +290,7 @@ cmd_job() {
       for p in "${pids[@]}"; do wait "$p" || rc=$?; done
       for v2 in $(job_versions "$job"); do tail -14 "$SS/out/$v2/quality/run.log"; done ;;
     matrix)
-      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
+      "${pytest[@]}" -q -rA "${MATRIX_TESTS[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     matrixrest | matrixbase | trained)
       # Parts of the matrix, for a version whose earlier session passed the rest: matrixrest is
@@ -297,7 +299,7 @@ cmd_job() {
       local k="not oom_at_both_ends and not rejected_speculative"
       [ "$kind" = matrixbase ] && k="baseline_three_boots or trained_eagle3"
       [ "$kind" = trained ] && k="trained_eagle3"
-      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
+      "${pytest[@]}" -q -rA "${MATRIX_TESTS[@]}" -k "$k" >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     draft)
       # The head of an earlier session: carried as .draft-head, else the one in the repository
@@ -311,13 +313,13 @@ cmd_job() {
       fi
       if [ -n "$accept" ] && { [ "${DRAFT_REUSE:-0}" = 1 ] ||
           "$PY" -c 'import sys; sys.exit(float(sys.argv[1]) < 2)' "$accept"; }; then
-        # A head trained in an earlier session, carried back (`carry: [".draft-head"]`), that
-        # reached the goal (or DRAFT_REUSE=1): installed as it is, no training.
+        # A head trained in an earlier session that reached the goal (or DRAFT_REUSE=1):
+        # installed as it is, no training.
         rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained" &&
           for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
             [ -f "$MODEL-eagle3-trained/$f" ] || cp "$MODEL/$f" "$MODEL-eagle3-trained/"
           done
-        rc=$?; log "draft: the carried head from .draft-head (accept $accept, no training)" |
+        rc=$?; log "draft: the head of ${head#"$REPO"/} (accept $accept, no training)" |
           tee "$out/train.log"
       else
         if [ -n "$accept" ]; then
@@ -335,7 +337,7 @@ cmd_job() {
           --steps "${DRAFT_STEPS:-4500}" --max-train-seconds "${DRAFT_TRAIN_S:-480}" \
           "${more[@]}" >"$out/train.log" 2>&1
         rc=$?; tail -25 "$out/train.log"
-        # The head comes back with `collect` (about 20 MB): carry it next time as .draft-head.
+        # The head comes back with `collect` (about 30 MB): land it in benchmarks/real/draft-head.
         mkdir -p "$out/head" && cp "$MODEL-eagle3-trained"/* "$out/head/" 2>/dev/null
       fi
       cp "$MODEL-eagle3-trained/train_summary.json" "$out/" 2>/dev/null
@@ -345,7 +347,7 @@ cmd_job() {
       fi ;;
     adaptive)
       SPEC_SWEEP_REAL_ADAPTIVE_SWEEP="${ADAPTIVE_SWEEP:-0}" \
-        "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
+        "${pytest[@]}" -q -rA -s tests/real/test_adaptive_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -40 "$out/pytest.log" ;;
     table)
       # The real replay table (sweeps/real_table_smollm2.yaml): a resumable sweep whose state and
@@ -370,17 +372,17 @@ cmd_job() {
              "$f::test_the_memory_rule_against_real_boots_at_both_ends")
       [ "${HOURS_ALL:-0}" = 1 ] && tests+=("$f::test_every_trial_carries_its_boot_phases"
                                            "$f::test_pinned_compile_caches_cold_then_warm")
-      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA -s "${tests[@]}" >"$out/pytest.log" 2>&1
+      "${pytest[@]}" -q -rA -s "${tests[@]}" >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     wcache)
       # the weight-cache test of the hours job alone (three boots: daemon, disk, client)
-      "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA -s \
+      "${pytest[@]}" -q -rA -s \
         "tests/real/test_node_hours_real.py::test_weight_cache_client_boots_faster_with_the_same_results" \
         >"$out/pytest.log" 2>&1
       rc=$?; tail -30 "$out/pytest.log" ;;
     sweep)
       SPEC_SWEEP_REAL_SWEEP_TRIALS="${SWEEP_TRIALS:-2}" SPEC_SWEEP_REAL_KILL_AFTER="${KILL_AFTER:-1}" \
-        "$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp" -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
+        "${pytest[@]}" -q -rA tests/real/test_sweep_real.py >"$out/pytest.log" 2>&1
       rc=$?; tail -15 "$out/pytest.log" ;;
     *) echo "unknown job $job"; return 2 ;;
   esac
