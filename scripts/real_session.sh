@@ -312,9 +312,10 @@ cmd_job() {
           "$head/train_summary.json" 2>/dev/null)
       fi
       if [ -n "$accept" ] && { [ "${DRAFT_REUSE:-0}" = 1 ] ||
-          "$PY" -c 'import sys; sys.exit(float(sys.argv[1]) < 2)' "$accept"; }; then
-        # A head trained in an earlier session that reached the goal (or DRAFT_REUSE=1):
-        # installed as it is, no training.
+          "$PY" -c 'import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))' \
+            "$accept" "${DRAFT_GOAL:-2}"; }; then
+        # A head trained in an earlier session that reached the goal (DRAFT_GOAL, default an
+        # accept of 2 at (3, 1, 4) offline; or DRAFT_REUSE=1): installed as it is, no training.
         rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained" &&
           for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
             [ -f "$MODEL-eagle3-trained/$f" ] || cp "$MODEL/$f" "$MODEL-eagle3-trained/"
@@ -328,7 +329,7 @@ cmd_job() {
           seed=$("$PY" -c 'import json,sys; print((json.load(open(sys.argv[1])).get("seed") or 0) + 1)' \
             "$head/train_summary.json")
           more=(--init-from "$head" --seed "$seed" --lr 3e-4)
-          log "draft: continuing the carried head (accept $accept < 2) with seed $seed"
+          log "draft: continuing the head (accept $accept < ${DRAFT_GOAL:-2}) with seed $seed"
         fi
         # 480 s and 4,500 steps: the 330 s head of the fourth session stopped at 2,808 steps and
         # accept 1.94 (the schedule decays by the larger of steps and seconds done)
@@ -337,8 +338,21 @@ cmd_job() {
           --steps "${DRAFT_STEPS:-4500}" --max-train-seconds "${DRAFT_TRAIN_S:-480}" \
           "${more[@]}" >"$out/train.log" 2>&1
         rc=$?; tail -25 "$out/train.log"
+        if [ -n "$accept" ] && ! "$PY" -c 'import json,sys
+sys.exit(json.load(open(sys.argv[1]))["accept_length_3_1_4"] <= float(sys.argv[2]))' \
+            "$MODEL-eagle3-trained/train_summary.json" "$accept" 2>/dev/null; then
+          # More training that did not beat the head it started from: the earlier head stays
+          # (this session's summary comes back as out/V/draft/rejected_summary.json).
+          cp "$MODEL-eagle3-trained/train_summary.json" "$out/rejected_summary.json"
+          rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained" &&
+            for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
+              [ -f "$MODEL-eagle3-trained/$f" ] || cp "$MODEL/$f" "$MODEL-eagle3-trained/"
+            done
+          rc=$?; log "draft: the continued head did not beat accept $accept; ${head#"$REPO"/} stays"
+        fi
         # The head comes back with `collect` (about 30 MB): land it in benchmarks/real/draft-head.
-        mkdir -p "$out/head" && cp "$MODEL-eagle3-trained"/* "$out/head/" 2>/dev/null
+        [ -f "$out/rejected_summary.json" ] ||
+          { mkdir -p "$out/head" && cp "$MODEL-eagle3-trained"/* "$out/head/" 2>/dev/null; }
       fi
       cp "$MODEL-eagle3-trained/train_summary.json" "$out/" 2>/dev/null
       if [ -f "$MODEL-eagle3-trained/train_summary.json" ] && [ ! -d "$MODEL-eagle3-dummy" ]; then
