@@ -1039,3 +1039,25 @@ WEIGHT_CACHE_SPEC_FRAMES: tuple[Frame, ...] = (
     ("srt/arg_groups/resolution_hooks.py", 139, "run_hook", "step(server_args)"),
     ("srt/arg_groups/model_path_hook.py", 282, "handle_load_format", "raise ValueError("),
 )  # fmt: skip
+
+
+# sglang/srt/weight_cache/daemon.py (0.5.17: _load_model :287-314, serve :424), each rank in its
+# own logging format ("%(asctime)s [Daemon gpu=N tp_rank=N] %(levelname)s %(message)s", :557);
+# as logged by the real daemon on the H200 (tests/fixtures/sglang/0.5.17/weight-cache-daemon.log).
+def weight_cache_daemon_lines(rank: int, model_path: str, load_s: float) -> tuple[str, ...]:
+    """What one daemon rank logs from loading to listening (messages, no record prefix)."""
+    return (
+        f"[WeightCacheDaemon gpu={rank} tp_rank={rank}] Loading model from disk: {model_path}",
+        f"[WeightCacheDaemon gpu={rank} tp_rank={rank}] Model loaded from disk in {load_s:.2f}s",
+        f"[WeightCacheDaemon gpu={rank}] Listening on /tmp/sglang_weight_cache_rank{rank}.sock",
+    )
+
+
+# sglang/srt/weight_cache/ipc_loader.py (0.5.17: :121 fetched, :155 loaded), a client server's
+# scheduler; as logged on the H200 (tests/fixtures/sglang/0.5.17/weight-cache-client.log).
+def ipc_loader_lines(tensors: int, load_s: float) -> tuple[str, ...]:
+    """What a weight-cache client logs when it mapped the daemon's weights."""
+    return (
+        f"[IpcModelLoader] Fetched {tensors} IPC handles from daemon in 0.00s",
+        f"[IpcModelLoader] Loaded model via IPC (mode=client), total={load_s:.2f}s",
+    )

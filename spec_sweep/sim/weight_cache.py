@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 
+from spec_sweep.sim import texts
 from spec_sweep.sim.profiles import load_profile
 
 
@@ -40,24 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{stamp},000 [Daemon gpu={rank} tp_rank={rank}] INFO {message}", flush=True)
 
     ranks = range(args.tp_size * args.pp_size)
-    for rank in ranks:
-        log(
-            rank,
-            f"[WeightCacheDaemon gpu={rank} tp_rank={rank}] Loading model from disk: "
-            f"{args.model_path}",
-        )
     seconds = profile.boot.load_weights * scale
+    lines = {r: texts.weight_cache_daemon_lines(r, args.model_path, seconds) for r in ranks}
+    for rank in ranks:
+        log(rank, lines[rank][0])
     time.sleep(seconds)
     for rank in ranks:
-        log(
-            rank,
-            f"[WeightCacheDaemon gpu={rank} tp_rank={rank}] Model loaded from disk in "
-            f"{seconds:.2f}s",
-        )
-        log(
-            rank,
-            f"[WeightCacheDaemon gpu={rank}] Listening on /tmp/sglang_weight_cache_rank{rank}.sock",
-        )
+        for message in lines[rank][1:]:
+            log(rank, message)
     while True:
         time.sleep(3600)
 

@@ -8,10 +8,11 @@ Each test writes what it measured to `$SPEC_SWEEP_REAL_OUT/results/node-hours-*.
   fraction the rule predicts must fail for real (oom), one just above SGLang's own minimum must
   not be predicted;
 - pinned compile caches: a cold boot and a warm one into a fresh `node.compile_cache` folder;
-- the weight cache (SGLang 0.5.17+): a disk boot of the baseline, then the same configuration as
-  a client of the daemon with the translated static fraction: boot time and weight-load time
-  with and without, throughput within the boot-to-boot spread, the same KV cache size and the
-  same greedy outputs (the quality gate's agreement with the disk boot: 1.0).
+- the weight cache (SGLang 0.5.17+): a disk boot of the baseline (it also warms the JIT caches),
+  the same configuration as a client of the daemon with the translated static fraction, then a
+  second disk boot: boot time and weight-load time with and without (both warm), throughput
+  within the disk boots' spread, the same KV cache size and the same greedy outputs (the quality
+  gate's agreement with the disk boot: 1.0).
 
 Run: `SPEC_SWEEP_REAL_OUT=/tmp/real-hours pytest tests/real/test_node_hours_real.py -s` on a node
 with SGLang (`scripts/real_session.sh` sets up the bundle and the model).
@@ -125,21 +126,37 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
     # booted twice from disk with no daemon).
     config = baseline_config(spec)
     root = tmp_path / "trials"
-    disk = run_trial(
-        spec, config, trial_dir=root / "t0000" / "attempt1", trial_id="t0000", weight_cache_dir=root
-    )
-    (root / "t0000" / "attempt1" / "result.json").write_text(json.dumps(disk.to_dict()))
+
+    def boot(n: int, spec: Any = spec) -> Any:
+        result = run_trial(
+            spec,
+            config,
+            trial_dir=root / f"t{n:04d}" / "attempt1",
+            trial_id=f"t{n:04d}",
+            weight_cache_dir=root,
+        )
+        (root / f"t{n:04d}" / "attempt1" / "result.json").write_text(json.dumps(result.to_dict()))
+        return result
+
+    # disk, client, disk: the first boot of a configuration also fills the JIT caches (on
+    # 2026-12-02 the first disk boot spent 76 s capturing CUDA graphs, the client after it 1.8 s),
+    # so the client is compared with the disk boot after it, both warm
+    first = boot(0)
     assert eligible(spec, config)
-    client = run_trial(
-        spec, config, trial_dir=root / "t0001" / "attempt1", trial_id="t0001", weight_cache_dir=root
-    )
+    client = boot(1)
+    from spec_sweep.node.weight_cache import stop_daemons
+
+    # the second disk boot without the daemon (it holds the GPU: a trial that is not its client
+    # waits for it to go), from a spec with the weight cache off
+    stop_daemons(root)
+    disk = boot(2, load_spec(_spec_with(out_dir, "weight-cache-off", weight_cache=False)))
     try:
         # the evidence first (outcomes, commands, server and daemon logs), then the assertions:
         # a session cut short must still say why a boot failed
         logs = out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         for log in (*root.rglob("*.log"), *root.rglob("*.txt")):
-            where = log.relative_to(root).parts[0]  # t0000, t0001 or the daemon's folder
+            where = log.relative_to(root).parts[0]  # t0000, t0001, t0002 or the daemon's folder
             shutil.copy(log, logs / f"weight-cache-{where}-{log.parent.name}-{log.name}")
         kv = [
             int(m[1])
@@ -149,8 +166,10 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
             and (m := _KV.search(Path(r.log_path).read_text()))
         ]
         found = {
+            "first_disk": {"failure_mode": first.failure_mode.value, "reason": first.reason},
             "disk": {"failure_mode": disk.failure_mode.value, "reason": disk.reason},
             "client": {"failure_mode": client.failure_mode.value, "reason": client.reason},
+            "first_disk_metrics": first.metrics,
             "disk_metrics": disk.metrics,
             "client_metrics": client.metrics,
             "disk_command": list(disk.command),
@@ -158,20 +177,21 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
             "kv_tokens": kv,
         }
         _save(out_dir, "weight-cache", found)
-        assert disk.failure_mode.value == "none", disk.reason
-        assert client.failure_mode.value == "none", client.reason
+        for result in (first, client, disk):
+            assert result.failure_mode.value == "none", result.reason
         assert "--weight-cache-mode" in client.command, "the daemon did not come up (see logs)"
         assert client.metrics.get("weight_cache_client") == 1.0, client.reason
+        assert "--weight-cache-mode" not in disk.command
         assert client.metrics["quality_agreement"] == 1.0  # the same greedy outputs
         assert len(kv) == 2
         assert abs(kv[1] - kv[0]) / kv[0] < 0.02  # the translated fraction: the same KV pool
+        assert client.metrics[boot_metric("load_weight")] < disk.metrics[boot_metric("load_weight")]
         for level in ("c1", "c8"):
-            a, b = (
-                disk.metrics[f"output_throughput_{level}"],
-                client.metrics[f"output_throughput_{level}"],
-            )
-            assert abs(b - a) / a < 0.15, level  # within the boot-to-boot spread seen there
+            # Throughput within the spread of the session's disk boots of the same configuration,
+            # widened by 15%: boot-to-boot spread is wide on this machine (0.5.17 baseline x3:
+            # 404 / 624 / 664 tok/s at c1; 2026-12-02: 476 then 585 tok/s, disk then client)
+            disks = [r.metrics[f"output_throughput_{level}"] for r in (first, disk)]
+            ours = client.metrics[f"output_throughput_{level}"]
+            assert min(disks) * 0.85 <= ours <= max(disks) * 1.15, (level, disks, ours)
     finally:
-        from spec_sweep.node.weight_cache import stop_daemons
-
         stop_daemons(root)

@@ -4,6 +4,7 @@ boots as its client and with which static fraction."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import harness
@@ -154,3 +155,50 @@ def test_a_client_counts_only_when_sglang_says_it_mapped_the_daemons_weights() -
     assert client_mapped(mapped) is True
     assert client_mapped(fell_back) is False
     assert client_mapped(begin) is None
+
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "sglang" / "0.5.17"
+
+
+def _real(name: str) -> str:
+    return (REAL / name).read_text()
+
+
+def _shape(text: str) -> str:
+    return re.sub(r"\d+(?:\.\d+)?", "N", text)
+
+
+def test_the_real_daemon_and_client_logs_read_as_ready_and_mapped() -> None:
+    # SGLang 0.5.17 on the H200 (2026-12-02): the daemon of one rank, and the client it served
+    from spec_sweep.node.weight_cache import _ready, client_mapped
+
+    daemon = _real("weight-cache-daemon.log")
+    assert _ready(daemon, 1)
+    assert not _ready(daemon, 2)
+    assert not _ready(daemon.split("Listening on")[0], 1)
+    assert client_mapped(_real("weight-cache-client.log")) is True
+    assert client_mapped(_real("baseline-1.log")) is None  # a disk boot says nothing of it
+
+
+def test_the_simulated_daemon_and_client_lines_are_the_real_ones() -> None:
+    from spec_sweep.sim import texts
+
+    def real_message(log: str, key: str) -> str:
+        line = next(line for line in log.splitlines() if key in line)
+        start = line.index("[WeightCacheDaemon" if "Daemon gpu" in line else "[IpcModelLoader")
+        return line[start:]
+
+    daemon = _real("weight-cache-daemon.log")
+    model = "/work/main/.models/smollm2-135m"  # the real one's model path, the same words
+    sim = texts.weight_cache_daemon_lines(0, model, 2.93)
+    for key, ours in zip(
+        ("Loading model from disk", "Model loaded from disk in", "Listening on"), sim, strict=True
+    ):
+        assert _shape(ours) == _shape(real_message(daemon, key)), key
+    client = _real("weight-cache-client.log")
+    for key, ours in zip(
+        ("Fetched", "Loaded model via IPC"), texts.ipc_loader_lines(184, 0.04), strict=True
+    ):
+        assert _shape(ours) == _shape(real_message(client, key)), key
+    # a client's weights are the daemon's: SGLang counts none against it
+    assert re.search(r"Load weight end\..*mem usage=0\.00 GB", client)
