@@ -28,7 +28,6 @@
 # short loses the least: draft-0.5.17 trained-0.5.17 wcache-0.5.17 table-0.5.17
 # (trained: the head of 2026-12-02's sixth session in SGLang, its (3,1,4) accept against 2)
 # (the memory rule passed at both ends on 2026-12-02: the hours job runs it again)
-# (the kept head's chain and tree were measured on 2026-12-02: trained-0.5.17 runs them again)
 # (the matrix, quality, adaptive and sweep jobs have passed on both versions: name them with
 # --jobs to run them again).
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
