@@ -56,9 +56,9 @@ search_space:
     cuda-graph-max-bs: {choices: [128, 512], default: 512}
     mem-fraction-static: {choices: [0.88, 0.97], default: 0.88}
 baseline: {cuda-graph-max-bs: 512, mem-fraction-static: 0.88}
-workload: {dataset: builtin, output_len: 64, num_prompts: 2, concurrency: 1, warmup_prompts: 1}
+workload: {dataset: builtin, output_len: 32, num_prompts: 2, concurrency: 1, warmup_prompts: 1}
 objective: {metric: output_throughput, mode: max}
-budget: {trials: 4, trial_timeout_s: 120}
+budget: {trials: 4, trial_timeout_s: 120, confirm_repeats: 1, confirm_max_repeats: 1}
 searcher: {kind: grid, seed: 0}
 """
 
@@ -75,7 +75,11 @@ def _free_port() -> int:
 def served(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[UiServer, MlflowClient, str, Path]]:
-    """A finished 4-trial simulated sweep (two of them OOM) and `spec-sweep ui` serving it."""
+    """A finished 4-trial simulated sweep (two of them OOM) and `spec-sweep ui` serving it.
+
+    The two measured configurations are each booted once more by confirmation (one round, no
+    tie-break rounds): runs without the ranking metric, listed after the search trials.
+    """
     project = tmp_path_factory.mktemp("uisweep")
     path = project / "uisweep.yaml"
     path.write_text(textwrap.dedent(SPEC))
