@@ -82,8 +82,11 @@ def pcie(tmp_path_factory: pytest.TempPathFactory) -> tuple[SweepSpec, SweepOutc
     project = tmp_path_factory.mktemp("pcie")
     shutil.copytree(root / "sweeps", project / "sweeps")
     shutil.copytree(root / "search_spaces", project / "search_spaces")
-    spec = make_spec(project, name="pcie", trials=10)
-    return spec, run(project, spec), project
+    # 24 tokens a request: the search takes the same ten configurations as with 48 and reaches
+    # the same conclusion (the best decodes at 87.8 tok/s either way).
+    # No report: nothing here reads it (test_report checks the report of such a sweep).
+    spec = make_spec(project, name="pcie", trials=10, output_len=24)
+    return spec, run(project, spec, report=False), project
 
 
 def test_sweep_runs_the_budget_baseline_first(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
@@ -219,7 +222,7 @@ def test_h200_eagle3_wins(project_dir: Path) -> None:
     spec = make_spec(
         project_dir, name="h200", profile="h200-nvlink-x8", extra=extra, trials=8, output_len=16
     )
-    outcome = run(project_dir, spec)
+    outcome = run(project_dir, spec, report=False)  # the report's H200 verdict: test_report
     history = History(spec, outcome.records)
     best = history.best
     assert best is not None
