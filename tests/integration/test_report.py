@@ -87,7 +87,7 @@ def swept(
                 "speculative-eagle-topk": {"choices": [1], "default": 1, "when": eagle},
             },
         },
-        workload={"output_len": 32, "warmup_prompts": 0, "seed": 0},
+        workload={"output_len": 16, "warmup_prompts": 0, "seed": 0},
         budget={"trials": 7, "max_concurrent": 1, "trial_timeout_s": 300},
         searcher={"kind": "random"},
     )
@@ -98,6 +98,7 @@ def swept(
         state_dir=root / "state",
         tracking_uri=uri,
         address=ray_cluster,
+        report=False,  # the tests build it (and `spec-sweep report` must log it by itself)
     )
     outcome.state.close()
     return Swept(profile, spec, root, root / "state", uri, outcome.parent_run_id)
