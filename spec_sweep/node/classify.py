@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.node.log_patterns import (
+    CHILD_FAILED_PATTERN,
     ENVIRONMENT_PATTERNS,
     LINE_PREFIX,
     LOG_PATTERNS,
     LogPattern,
 )
 
-__all__ = ["Classification", "classify", "find_fatal"]
+__all__ = ["Classification", "classify", "find_child_failed", "find_fatal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,19 @@ def find_fatal(line: str) -> LogPattern | None:
     return None if index is None else LOG_PATTERNS[index]
 
 
+_CHILD_FAILED = re.compile(CHILD_FAILED_PATTERN)
+
+
+def find_child_failed(line: str) -> str | None:
+    """The words of a line that says one of SGLang's processes failed, else None.
+
+    For a log watcher: such a line ends the trial (after the usual settle for the traceback)
+    even when the main process lives on; ``classify`` then gets it as ``child_failed``.
+    """
+    match = _CHILD_FAILED.search(line)
+    return None if match is None else match[0]
+
+
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MAX_LINE else text[: _MAX_LINE - 3] + "..."
@@ -297,6 +311,7 @@ def classify(
     bench_hung: bool = False,
     bench_error: str | None = None,
     node_lost: bool = False,
+    child_failed: str | None = None,
 ) -> Classification:
     """Classify how a trial ended: exactly one failure mode, a one-line reason and an excerpt.
 
@@ -315,9 +330,11 @@ def classify(
        all-reduce) -> ``unsupported`` (``_RAISING_FILES``).
     5. Exit code 2 with argparse's ``usage:`` text -> ``invalid_args``.
     6. Not ready and the boot deadline passed -> ``startup_timeout``.
-    7. Not ready otherwise (exited before ready) -> ``crash``, naming the exit code or signal
-       (``-11`` -> SIGSEGV) and the last exception line if there is one.
-    8. Ready, and the process exited on its own during the benchmark -> ``crash``.
+    7. Not ready otherwise (exited before ready, or one of its processes said it failed) ->
+       ``crash``, naming the exit code or signal (``-11`` -> SIGSEGV) or the failure line, and
+       the last exception line if there is one.
+    8. Ready, and the process exited on its own, or one of its processes said it failed, during
+       the benchmark -> ``crash``.
     9. Ready and the benchmark hung -> ``hang``.
     10. Ready and requests failed -> ``bench_error``.
     11. Otherwise -> ``none``.
@@ -332,6 +349,8 @@ def classify(
         bench_hung: Whether the benchmark stopped getting answers.
         bench_error: The benchmark's error summary when requests failed, else None.
         node_lost: Whether the node or its Ray worker went away.
+        child_failed: What a line said when one of the server's processes failed while the trial
+            still ran it (``find_child_failed``; the main process may live on); None if none did.
 
     Returns:
         The classification.
@@ -361,8 +380,16 @@ def classify(
         )
 
     if not ready:
-        return _never_ready(lines, exit_code=exit_code, boot_timed_out=boot_timed_out)
-    return _after_ready(lines, exit_code=exit_code, bench_hung=bench_hung, bench_error=bench_error)
+        return _never_ready(
+            lines, exit_code=exit_code, boot_timed_out=boot_timed_out, child_failed=child_failed
+        )
+    return _after_ready(
+        lines,
+        exit_code=exit_code,
+        bench_hung=bench_hung,
+        bench_error=bench_error,
+        child_failed=child_failed,
+    )
 
 
 def _fatal_line(lines: list[str]) -> Classification | None:
@@ -384,7 +411,7 @@ def _fatal_line(lines: list[str]) -> Classification | None:
 
 
 def _never_ready(
-    lines: list[str], *, exit_code: int | None, boot_timed_out: bool
+    lines: list[str], *, exit_code: int | None, boot_timed_out: bool, child_failed: str | None
 ) -> Classification:
     """Rules 6 and 7: a server that never became ready timed out or crashed."""
     if boot_timed_out:
@@ -393,7 +420,9 @@ def _never_ready(
             "the server was not ready before the boot deadline",
             lines,
         )
-    if exit_code is None:
+    if exit_code is None and child_failed is not None:
+        detail = f"a server process failed before ready ({child_failed!r})"
+    elif exit_code is None:
         detail = "the server never became ready (still running, no fatal line)"
     else:
         detail = f"exited with {_describe_exit(exit_code)} before ready"
@@ -404,15 +433,25 @@ def _never_ready(
 
 
 def _after_ready(
-    lines: list[str], *, exit_code: int | None, bench_hung: bool, bench_error: str | None
+    lines: list[str],
+    *,
+    exit_code: int | None,
+    bench_hung: bool,
+    bench_error: str | None,
+    child_failed: str | None,
 ) -> Classification:
     """Rules 8 to 11: a ready server crashed, hung, failed requests, or was measured."""
-    if exit_code is not None:
-        return _undecided(
-            FailureMode.CRASH,
-            f"exited with {_describe_exit(exit_code)} during the benchmark",
-            lines,
+    if exit_code is not None or child_failed is not None:
+        how = (
+            f"exited with {_describe_exit(exit_code)}"
+            if exit_code is not None
+            else f"a server process failed ({child_failed!r})"
         )
+        detail = f"{how} during the benchmark"
+        last = _last_exception(lines)
+        if last is not None:
+            detail += f"; last exception: {_one_line(lines[last])}"
+        return _undecided(FailureMode.CRASH, detail, lines)
     if bench_hung:
         return _undecided(
             FailureMode.HANG, "the server stopped answering during the benchmark", lines

@@ -348,3 +348,21 @@ ENVIRONMENT_PATTERNS: tuple[str, ...] = (
     r"Repo id must use alphanumeric chars",
     LINE_PREFIX + r"(?:[A-Za-z_]\w*\.)*OSError: ",
 )
+
+# Lines that say one of SGLang's processes has failed: the wrappers above (never a cause) and the
+# main process's SIGQUIT handlers. A trial ends at one instead of waiting for the server to exit:
+# after the running phase's SIGQUIT, 0.5.13 sleeps 5 s "before crash diagnostics" and 0.5.17 then
+# waits another 60 s "for CUDA coredumps before exiting" (`SGLANG_CUDA_COREDUMP_BEFORE_CRASH`,
+# on by default), so a crash on the first request cost a real trial 65 s (2026-12-02). They only
+# count while the trial has not stopped the server itself: stopping it prints the SIGQUIT line too.
+# Texts (0.5.13-0.5.17): managers/scheduler.py ("Scheduler hit an exception"), the detokenizer,
+# tokenizer, data-parallel controller and multi-tokenizer routers ("... hit an exception"),
+# entrypoints/engine.py (launch_phase_sigquit_handler; "Rank N scheduler died during
+# initialization"), managers/tokenizer_manager.py (running_phase_sigquit_handler).
+CHILD_FAILED_PATTERN = (
+    r"\b(?:Scheduler|DetokenizerManager|TokenizerManager|DataParallelController"
+    r"|MultiDetokenizerRouter|MultiTokenizerRouter) hit an exception"
+    r"|Received sigquit from a child process\. It usually means the child failed"
+    r"|SIGQUIT received\. .*It usually means one child failed"
+    r"|\bscheduler died during initialization"
+)

@@ -6,7 +6,8 @@ with `PR_SET_PDEATHSIG` so it dies with the thread that launched it, output to a
 file, and writes the group id to a small JSON record so a later run can kill what is left of it
 whatever happened to its parent. `ServerProcess.wait_ready` polls `/health_generate` and the
 process in one loop against a monotonic deadline while a `LogWatcher` thread follows the log:
-a fatal line (`failures.find_fatal`) ends the wait at once even if the process keeps running.
+a fatal line (`classify.find_fatal`), or a line that says one of SGLang's processes failed
+(`classify.find_child_failed`), ends the wait at once even if the main process keeps running.
 Stopping goes through `procs.stop_process_group` (SIGTERM to the group, SIGKILL after a grace
 period, wait until no process of the group is left).
 """
@@ -31,7 +32,7 @@ from typing import Any
 import httpx
 import psutil
 
-from spec_sweep.node.classify import find_fatal
+from spec_sweep.node.classify import find_child_failed, find_fatal
 from spec_sweep.node.command import ServerCommand
 from spec_sweep.node.log_patterns import LogPattern
 from spec_sweep.node.procs import group_pids, stop_process_group
@@ -89,6 +90,8 @@ class LogWatcher(threading.Thread):
         self.fatal_event = threading.Event()
         self.ready_event = threading.Event()
         self.fatal: FatalLine | None = None
+        #: What the first line saying one of the server's processes failed said (None: none yet)
+        self.child_failed: str | None = None
         self.lines = 0
 
     def stop(self) -> None:
@@ -151,6 +154,15 @@ class LogWatcher(threading.Thread):
             if pattern is not None:
                 self.fatal = FatalLine(self.lines, text.rstrip(), pattern)
                 self.fatal_event.set()
+        if self.child_failed is None:
+            self.child_failed = find_child_failed(text)
+            if self.child_failed is not None:
+                self.fatal_event.set()
+
+    @property
+    def failed(self) -> bool:
+        """Whether a fatal line or a failed process has been seen."""
+        return self.fatal is not None or self.child_failed is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +174,7 @@ class ReadyResult:
     exit_code: int | None = None
     fatal: FatalLine | None = None
     timed_out: bool = False
+    child_failed: str | None = None
 
 
 class ServerProcess:
@@ -196,7 +209,8 @@ class ServerProcess:
         return f"http://{self.host}:{self.port}"
 
     def wait_ready(self, *, timeout_s: float, poll_s: float = 0.1) -> ReadyResult:
-        """Wait until `/health_generate` answers 200, the process exits, or a fatal line shows.
+        """Wait until `/health_generate` answers 200, the process exits, or a fatal line (or a
+        line saying one of its processes failed) shows.
 
         Args:
             timeout_s: The boot deadline (`node.boot_timeout_s`), from launch.
@@ -206,9 +220,16 @@ class ServerProcess:
         with httpx.Client(timeout=httpx.Timeout(max(poll_s * 20, 2.0))) as client:
             while True:
                 now = time.monotonic()
-                if self.watcher.fatal is not None:
+                if self.watcher.failed:
                     code = self.settle()
-                    return ReadyResult(False, now - self.started, code, self.watcher.fatal)
+                    self.watcher.catch_up()
+                    return ReadyResult(
+                        False,
+                        now - self.started,
+                        code,
+                        self.watcher.fatal,
+                        child_failed=self.watcher.child_failed,
+                    )
                 code = self.proc.poll()
                 if code is not None:
                     self.watcher.stop()  # read the last lines before deciding
@@ -217,7 +238,7 @@ class ServerProcess:
                     return ReadyResult(False, now - self.started, None, None, timed_out=True)
                 if self._healthy(client, timeout=min(2.0, max(0.05, deadline - now))):
                     self.watcher.catch_up()  # a fatal line printed just before readiness
-                    if self.watcher.fatal is not None:
+                    if self.watcher.failed:
                         continue
                     return ReadyResult(True, time.monotonic() - self.started)
                 self.watcher.fatal_event.wait(min(poll_s, max(0.0, deadline - time.monotonic())))

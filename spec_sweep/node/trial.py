@@ -179,6 +179,8 @@ class _Served:
     peak_gib: float | None
     measure_s: float | None = None
     server_info: dict[str, Any] | None = None
+    #: a line said one of the server's processes failed while the trial still ran it
+    child_failed: str | None = None
 
 
 def _serve(
@@ -219,6 +221,8 @@ def _serve(
         pids = group_pids(server.pgid)
         if exit_code is None and not server.stopped:
             exit_code = server.proc.poll()
+        # before the trial stops the server: stopping it prints SGLang's SIGQUIT line too
+        child_failed = server.watcher.child_failed
         server.stop(grace_s=grace_s)
         if sampler is not None:
             sampler.__exit__(None, None, None)
@@ -234,6 +238,7 @@ def _serve(
         peak_gib=sampler.peak_gib if sampler is not None else None,
         measure_s=measure_s,
         server_info=info,
+        child_failed=child_failed,
     )
 
 
@@ -262,6 +267,7 @@ def _classify(server: ServerProcess, run: _Served) -> Classification:
         or bool(extras.goodput is not None and extras.goodput.hung)
         or run.timed_out,
         bench_error=bench_error,
+        child_failed=run.child_failed,
     )
 
 
@@ -368,7 +374,7 @@ def _benchmark(
     exit_code: int | None = None
     timed_out = False
     while thread.is_alive():
-        if server.watcher.fatal is not None:
+        if server.watcher.failed:
             exit_code = server.settle()
             break
         exit_code = server.proc.poll()

@@ -1,13 +1,21 @@
-"""The server's `LogWatcher.catch_up` (node.server): a fatal line written just before a server
-answers its health check is classified before the readiness wait returns, whatever the
-watcher's poll interval."""
+"""The server's `LogWatcher` (node.server): a fatal line written just before a server answers its
+health check is classified before the readiness wait returns, whatever the watcher's poll
+interval; a line saying one of SGLang's processes failed ends the wait while the main process
+still lives (real 0.5.17 then waits 65 s before it exits)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
-from spec_sweep.node.server import LogWatcher
+from spec_sweep.core.outcome import FailureMode
+from spec_sweep.node.classify import classify
+from spec_sweep.node.command import ServerCommand
+from spec_sweep.node.server import LogWatcher, free_port, launch_server
+
+#: A real SGLang 0.5.17 log: EAGLE-3 (5, 2, 4) crashed on its first request (2026-12-02)
+_CRASH = Path(__file__).resolve().parents[1] / "fixtures/sglang/0.5.17/eagle3-crash-s5-k2-d4.log"
 
 _FATAL = (
     "[2026-01-01 00:00:00 TP0] Failed to initialize FlashInfer allreduce fusion workspace: "
@@ -46,3 +54,33 @@ def test_catch_up_without_a_log_returns_at_once(tmp_path: Path) -> None:
         assert watcher.lines == 0
     finally:
         watcher.stop()
+
+
+def test_a_failed_sglang_process_ends_the_wait_before_the_server_exits(tmp_path: Path) -> None:
+    # The real log up to SGLang's "Sleeping 5 seconds before crash diagnostics", then a main
+    # process that lives on (0.5.17 sleeps 5 s, then waits 60 s for CUDA coredumps)
+    text = _CRASH.read_text()
+    head = text[: text.index("Sleeping 5 seconds before crash diagnostics")]
+    script = tmp_path / "crashed_server.py"
+    script.write_text(
+        f"import sys, time\nsys.stdout.write({head!r})\nsys.stdout.flush()\ntime.sleep(120)\n"
+    )
+    server = launch_server(
+        ServerCommand((sys.executable, str(script))),
+        log_path=tmp_path / "server.log",
+        port=free_port(),
+    )
+    try:
+        ready = server.wait_ready(timeout_s=100.0, poll_s=0.05)
+        assert not ready.ready
+        assert ready.child_failed == "Scheduler hit an exception"
+        assert ready.exit_code is None
+        assert server.proc.poll() is None  # decided without waiting for the process to exit
+    finally:
+        server.stop(grace_s=2.0)
+    outcome = classify(
+        log_text=server.log_text(), exit_code=None, ready=False, child_failed=ready.child_failed
+    )
+    assert outcome.mode is FailureMode.CRASH
+    assert "a server process failed before ready ('Scheduler hit an exception')" in outcome.reason
+    assert "The expanded size of the tensor (4) must match the existing size (6)" in outcome.reason

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from spec_sweep.core.outcome import FailureMode
-from spec_sweep.node.classify import classify, find_fatal
+from spec_sweep.node.classify import classify, find_child_failed, find_fatal
 from spec_sweep.sim import texts
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "sglang"
@@ -45,7 +45,12 @@ def _shape(text: str) -> str:
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_real_logs_are_classified_as_what_happened(case: dict[str, Any]) -> None:
     log = _log(case["log"], case["version"])
-    result = classify(log_text=log, exit_code=case["exit_code"], ready=case["ready"])
+    result = classify(
+        log_text=log,
+        exit_code=case["exit_code"],
+        ready=case["ready"],
+        child_failed=case.get("child_failed"),
+    )
     assert result.mode is FailureMode(case["mode"]), result
     if "reason" in case:
         assert case["reason"] in result.reason
@@ -56,6 +61,24 @@ def test_the_watcher_never_kills_a_healthy_real_boot(case: dict[str, Any]) -> No
     log = _log(case["log"], case["version"])
     fatal = [line for line in log.splitlines() if find_fatal(line) is not None]
     assert fatal == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["mode"] == "none"], ids=_case_id)
+def test_a_healthy_real_boot_says_a_process_failed_only_once_it_is_stopped(
+    case: dict[str, Any],
+) -> None:
+    # SGLang prints its SIGQUIT line when the trial stops the server: after the last request
+    lines = _log(case["log"], case["version"]).splitlines()
+    failed = [i for i, line in enumerate(lines) if find_child_failed(line) is not None]
+    served = [i for i, line in enumerate(lines) if '"POST /' in line]
+    assert served
+    assert all(i > served[-1] for i in failed)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "child_failed" in c], ids=_case_id)
+def test_the_watcher_sees_the_real_failed_process_line(case: dict[str, Any]) -> None:
+    found = [find_child_failed(line) for line in _log(case["log"], case["version"]).splitlines()]
+    assert case["child_failed"] in found
 
 
 def test_the_simulator_prints_the_real_ready_and_memory_lines() -> None:
