@@ -99,14 +99,18 @@ def complete(spec: SweepSpec, replay: ReplayTable) -> tuple[ReplayTable, Coverag
     # grid may not hold itself; the grid booted the first of them it met
     runs: dict[str, ReplayRow] = {}
     for row in replay.rows.values():
-        check = check_tree(row.config, server_args=spec.node.server_args)
+        check = check_tree(
+            row.config, server_args=spec.node.server_args, version=spec.node.sglang_version
+        )
         runs.setdefault(config_key(normalize_config(spec, check.config)), row)
     for config in sim_grid.grid_configs(spec):
         key = config_key(config)
         if key in replay.rows:
             coverage.measured += 1
             continue
-        check = check_tree(config, server_args=spec.node.server_args)
+        check = check_tree(
+            config, server_args=spec.node.server_args, version=spec.node.sglang_version
+        )
         if not check.runs:
             rows[key] = ReplayRow(0, config, FailureMode.CRASH, {})
             coverage.rejected += 1
@@ -219,7 +223,9 @@ def efficiency(
 def _tree(spec: SweepSpec, config: Mapping[str, Any]) -> tuple[int, int, int] | None:
     if config.get(ALGORITHM) not in ("EAGLE", "EAGLE3"):
         return None
-    effective = check_tree(config, server_args=spec.node.server_args).config
+    effective = check_tree(
+        config, server_args=spec.node.server_args, version=spec.node.sglang_version
+    ).config
     return int(effective[STEPS]), int(effective[TOPK]), int(effective[DRAFT_TOKENS])
 
 

@@ -49,7 +49,7 @@
 #   hours-V      tests/real/test_node_hours_real.py: the weight cache (0.5.17+) against a disk boot
 #                and the memory rule at both ends of the real boundary (HOURS_ALL=1 adds the boot
 #                phases and the pinned compile caches cold then warm); results/node-hours-*.json
-#   table-V      sweeps/real_table_smollm2.yaml: the real replay table (76 configurations x c1/8/32,
+#   table-V      sweeps/real_table_smollm2.yaml: the real replay table (68 configurations x c1/8/32,
 #                the top 10 booted twice more), resumable across sessions: its state and MLflow
 #                store come back in out/V/table; `land-table` that folder here into
 #                benchmarks/real/table-V/state.tar.xz and commit it: the next session's job

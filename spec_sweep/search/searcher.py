@@ -351,7 +351,11 @@ class SweepSearcher:
         if self._guide is not None:
             return self._guide.unseen_launch(config, seen=self._seen)
         if self._grid and (
-            not check_tree(config, server_args=self._spec.node.server_args).runs
+            not check_tree(
+                config,
+                server_args=self._spec.node.server_args,
+                version=self._spec.node.sglang_version,
+            ).runs
             or self._effective_key(config) in self._seen
         ):
             # A grid enumerates: a point SGLang rejects, or rewrites into one already run, is
@@ -364,7 +368,11 @@ class SweepSearcher:
         if self._guide is not None:
             return self._guide.resolve(config).effective_key
         if self._grid:
-            check = check_tree(config, server_args=self._spec.node.server_args)
+            check = check_tree(
+                config,
+                server_args=self._spec.node.server_args,
+                version=self._spec.node.sglang_version,
+            )
             return config_key(normalize_config(self._spec, check.config))
         return None
 

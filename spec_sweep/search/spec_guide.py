@@ -159,7 +159,9 @@ class SpecGuide:
     # -- SGLang's rules ---------------------------------------------------------------------------
     def resolve(self, config: Mapping[str, Scalar]) -> Resolved:
         """What SGLang does with `config`: rejected, rewritten (and expressible), or as is."""
-        check = check_tree(config, server_args=self.spec.node.server_args)
+        check = check_tree(
+            config, server_args=self.spec.node.server_args, version=self.spec.node.sglang_version
+        )
         effective = normalize_config(self.spec, check.config)
         if not check.runs:
             return Resolved(None, config_key(effective), check)

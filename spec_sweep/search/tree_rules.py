@@ -19,6 +19,13 @@ the sources of each supported version (0.5.13 and 0.5.23 agree on all of it):
   CUDA-graph capture), and zero steps concatenate nothing. An unset top-k or draft-token count
   with the steps set is left to the trial (what later code does with it is not read here).
 
+* 0.5.17 only (`python/sglang/srt/speculative/eagle_worker_common.py`,
+  `_compact_accept_to_front`, which the default v2 worker runs for top-k > 1): the accepted path,
+  `num_steps + 1` nodes, is copied into the first `num_draft_tokens` slots of each request's
+  block, so top-k > 1 with fewer draft tokens than `num_steps + 1` raises a `RuntimeError` at the
+  first verify, the first request: SGLang boots, then crashes (the real table's t0025, (5, 2, 4)
+  on the H200, 2026-12-02). Other versions were not read for it, so it is not applied to them.
+
 `check_tree` says, for one configuration, whether SGLang rejects it (and why, in its words) and
 which configuration actually runs when SGLang rewrites a flag. The searcher
 (`spec_sweep.search.searcher`) never spends a trial on a rejected tree and treats a rewritten
@@ -84,14 +91,23 @@ def _as_int(value: Any) -> int | None:
         return None
 
 
+#: SGLang versions whose v2 tree verify needs num_draft_tokens >= num_steps + 1 for top-k > 1
+_SHORT_TREE_CRASH_VERSIONS = ("0.5.17",)
+
+
 def check_tree(
-    config: Mapping[str, Scalar], *, server_args: Mapping[str, Any] | None = None
+    config: Mapping[str, Scalar],
+    *,
+    server_args: Mapping[str, Any] | None = None,
+    version: str | None = None,
 ) -> TreeCheck:
     """Apply SGLang's tree rules to one configuration.
 
     Args:
         config: A configuration of the search space.
         server_args: The node's fixed server arguments (`node.server_args`), which take part.
+        version: The node's SGLang version (`node.sglang_version`), for the rules of one version
+            (None: only the rules every supported version shares).
 
     Returns:
         The configuration that runs, whether SGLang rejects it, and what it rewrites.
@@ -159,6 +175,13 @@ def check_tree(
             out,
             rejected=f"RuntimeError in organize_draft_results: selected index k out of range "
             f"({draft} draft tokens > {capacity} that {steps} steps of top-{topk} can hold)",
+            rewrites=tuple(rewrites),
+        )
+    if version in _SHORT_TREE_CRASH_VERSIONS and topk > 1 and draft < steps + 1:
+        return TreeCheck(
+            out,
+            rejected=f"RuntimeError in _compact_accept_to_front on the first request (SGLang "
+            f"{version}): {draft} draft tokens cannot hold the {steps + 1}-node accepted path",
             rewrites=tuple(rewrites),
         )
     return TreeCheck(out, rewrites=tuple(rewrites))

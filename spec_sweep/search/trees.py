@@ -71,7 +71,9 @@ def valid_trees(spec: SweepSpec, algorithm: Scalar) -> list[Tree]:
         config: dict[str, Scalar] = {ALGORITHM: algorithm, STEPS: s, TOPK: k}
         if DRAFT_TOKENS in spec.params:
             config[DRAFT_TOKENS] = d
-        check = check_tree(config, server_args=spec.node.server_args)
+        check = check_tree(
+            config, server_args=spec.node.server_args, version=spec.node.sglang_version
+        )
         if check.runs:
             ran = int(check.config.get(DRAFT_TOKENS, s + 1) or s + 1)
             out.setdefault((s, k, ran), Tree(s, k, d, ran))
@@ -203,7 +205,7 @@ def _factor(
 
 def tree_of(config: Mapping[str, Scalar], spec: SweepSpec) -> Tree:
     """The tree of a speculative configuration (as given and as it runs)."""
-    check = check_tree(config, server_args=spec.node.server_args)
+    check = check_tree(config, server_args=spec.node.server_args, version=spec.node.sglang_version)
     steps = _int(config.get(STEPS))
     topk = _int(config.get(TOPK))
     draft = _int(config.get(DRAFT_TOKENS))

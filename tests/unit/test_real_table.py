@@ -67,7 +67,9 @@ def table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     rows = []
     seen = set()
     for config in sim_grid.grid_configs(spec):
-        check = check_tree(config, server_args=spec.node.server_args)
+        check = check_tree(
+            config, server_args=spec.node.server_args, version=spec.node.sglang_version
+        )
         effective = normalize_config(spec, check.config)
         key = tuple(sorted(effective.items(), key=lambda kv: kv[0]))
         if not check.runs or key in seen:
@@ -99,7 +101,8 @@ def test_the_grid_is_completed_by_sglangs_rules(table: tuple[Path, object]) -> N
     path, spec = table
     replay = load_replay(path, spec)
     completed, coverage = real_table.complete(spec, replay)
-    assert (coverage.measured, coverage.rejected, coverage.rewritten) == (76, 16, 16)
+    # 0.5.17's short trees ((5, 2, 4), (5, 4, 4): the real t0025) are among the rejected
+    assert (coverage.measured, coverage.rejected, coverage.rewritten) == (68, 24, 16)
     assert coverage.missing == []
     assert len(completed.rows) == sim_grid.grid_size(spec) == 108
     spread = real_table.repeat_spread(path, spec, ["output_throughput_c1"])
@@ -145,9 +148,9 @@ def test_the_command_prints_every_part(
         real_table.main([str(path), "--seeds", "2", "--budgets", "10", "20", "--levels", "1"]) == 0
     )
     out = capsys.readouterr().out
-    assert "76 measured, 16 rejected and 16 rewritten" in out
+    assert "68 measured, 24 rejected and 16 rewritten" in out
     assert "boot-to-boot spread" in out
     assert "search efficiency, objective output_throughput_c1" in out
     assert "speculative model fitted on" in out
-    assert "break-even diagnosis agrees with the measured verdict on 72/72" in out  # measured
+    assert "break-even diagnosis agrees with the measured verdict on 64/64" in out  # measured
     print(out)

@@ -52,3 +52,16 @@ def test_argument_errors() -> None:
     assert check_tree({**paged, "attention-backend": "fa3"}).runs
     fixed = check_tree(tree(2, 2, 4), server_args={"attention-backend": "trtllm_mha"})
     assert not fixed.runs  # the node's fixed server arguments count
+
+
+def test_sglang_0_5_17_crashes_on_a_tree_shorter_than_its_accepted_path() -> None:
+    # the real table's t0025: (5, 2, 4) booted on 0.5.17 and crashed on the first request
+    crash = check_tree(tree(5, 2, 4), version="0.5.17")
+    assert "_compact_accept_to_front" in (crash.rejected or "")
+    assert not check_tree(tree(5, 4, 4), version="0.5.17").runs
+    assert check_tree(tree(3, 4, 4), version="0.5.17").runs  # 4 draft tokens hold 3 + 1
+    assert check_tree(tree(2, 2, 4), version="0.5.17").runs  # ran in the real table
+    assert check_tree(tree(5, 1, 4), version="0.5.17").runs  # top-k 1: rewritten to 6, runs
+    # other versions were not read for it
+    assert check_tree(tree(5, 2, 4), version="0.5.23").runs
+    assert check_tree(tree(5, 2, 4)).runs
