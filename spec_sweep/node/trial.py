@@ -223,7 +223,9 @@ def _serve(
             exit_code = server.proc.poll()
         # before the trial stops the server: stopping it prints SGLang's SIGQUIT line too
         child_failed = server.watcher.child_failed
-        server.stop(grace_s=grace_s)
+        # a server whose process failed has nothing to shut down cleanly, and its main process
+        # may sit in SGLang's crash diagnostics, deaf to SIGTERM: a short grace, then SIGKILL
+        server.stop(grace_s=min(grace_s, 0.5) if child_failed else grace_s)
         if sampler is not None:
             sampler.__exit__(None, None, None)
         if use_gpus:

@@ -117,6 +117,7 @@ class SimServer:
         self.gracefully_exit = False
         self.boot: BootResult | None = None
         self.never = asyncio.Event()
+        self.first_decode_failed = False
         self.served_model_name = options.served_model_name or plan.config.model_path
         self._numerics = numerics_key(options.server_args, os.environ)
 
@@ -130,6 +131,19 @@ class SimServer:
     async def _maybe_hang(self) -> None:
         if self.engine.hung:
             await self.never.wait()
+
+    async def _first_decode(self) -> None:
+        """A failure of the first decode step (``"warmup"``) hits the first request when the
+        warm-up was skipped (`--skip-server-warmup`): SGLang is up, and its first generation,
+        a readiness probe's included, kills the scheduler (real 0.5.17: (1, 4, 8) and (5, 2, 4)).
+        """
+        failure = self.plan.failure
+        if failure is None or failure.stage != "warmup" or not self.options.skip_server_warmup:
+            return
+        if not self.first_decode_failed:
+            self.first_decode_failed = True
+            emit_scheduler_failure(failure, log=self.log, workers=self.workers)
+        await self.never.wait()
 
     def _json(self, payload: Any, status: int = 200) -> web.Response:
         return web.Response(
@@ -156,6 +170,7 @@ class SimServer:
             return web.Response(status=503)
         if request.path == "/health":
             return web.Response(status=200)
+        await self._first_decode()
         req = self._new_request("HEALTH_CHECK", prompt_tokens=1, max_new_tokens=1, natural=True)
         req.count_for_hang = False
         self.engine.submit(req)
@@ -417,6 +432,7 @@ class SimServer:
             )
             for (p, natural), key in zip(prompts, keys, strict=True)
         ]
+        await self._first_decode()
         for req in reqs:
             self.engine.submit(req)
         if stream:
@@ -632,6 +648,7 @@ async def _serve(
             await server.warmup()
             server.status = "Up"
         log.line(texts.READY_LINE)
+        _install_running_phase_sigquit(options, log=log, workers=workers)
         await engine_task
 
     task = asyncio.create_task(lifecycle())
@@ -644,6 +661,37 @@ async def _serve(
     log.uvicorn("Shutting down")
     log.uvicorn("Finished server process [" + str(os.getpid()) + "]")
     return 0
+
+
+def _env_on(name: str) -> bool:
+    """SGLang's `EnvBool(True)`: on unless set to a false word."""
+    return os.environ.get(name, "true").strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def _install_running_phase_sigquit(options: SimOptions, *, log: SimLog, workers: WorkerSet) -> None:
+    """SGLang's running-phase SIGQUIT handler, installed once the server is up: a failed child's
+    SIGQUIT gets crash diagnostics before the tree is killed, in real seconds as in SGLang (the
+    time scale shortens the node's work, not SGLang's sleeps): 5 s when py-spy or the CUDA
+    coredump is on (both are by default), then, on the new flavor with the coredump on, a wait
+    of `SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS` (60 s by default)."""
+
+    def on_sigquit(signum: int, frame: object) -> None:
+        del signum, frame
+        log.line(texts.RUNNING_SIGQUIT_LINE)
+        coredump = _env_on(texts.COREDUMP_ENV)
+        if coredump or _env_on(texts.PYSPY_ENV):
+            log.line(texts.CRASH_DIAGNOSTICS_LINE)
+            time.sleep(texts.CRASH_DIAGNOSTICS_S)
+        if options.flavor == "new" and coredump:
+            wait_s = float(os.environ.get(texts.COREDUMP_WAIT_ENV, "60") or 60)
+            if wait_s > 0:
+                log.line(texts.COREDUMP_WAIT_LINE.format(wait_s))
+                time.sleep(wait_s)
+        pid = os.getpid()
+        log.line(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
+        kill_tree_and_self(workers)
+
+    signal.signal(signal.SIGQUIT, on_sigquit)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

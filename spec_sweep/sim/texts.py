@@ -37,6 +37,19 @@ LAUNCH_WARNING = (
 # sglang/srt/entrypoints/engine.py (launch_phase_sigquit_handler)
 SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
 
+# sglang/srt/managers/tokenizer_manager.py (running_phase_sigquit_handler and
+# dump_requests_before_crash; 0.5.17 environ.py for the switches and their defaults): once the
+# server runs, a failed child's SIGQUIT gets crash diagnostics before the tree is killed
+RUNNING_SIGQUIT_LINE = (
+    "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+)
+CRASH_DIAGNOSTICS_LINE = "Sleeping 5 seconds before crash diagnostics to let GPU activity settle."
+CRASH_DIAGNOSTICS_S = 5.0
+COREDUMP_WAIT_LINE = "Waiting {:.1f} seconds for CUDA coredumps before exiting."
+PYSPY_ENV = "SGLANG_PYSPY_DUMP_BEFORE_CRASH"  # default on
+COREDUMP_ENV = "SGLANG_CUDA_COREDUMP_BEFORE_CRASH"  # default on
+COREDUMP_WAIT_ENV = "SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS"  # default 60.0
+
 # sglang/srt/managers/scheduler.py (run_scheduler_process, `except Exception:`)
 SCHEDULER_EXCEPTION_PREFIX = "Scheduler hit an exception: "
 

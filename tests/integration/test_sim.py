@@ -293,6 +293,32 @@ def test_invalid_speculative_combination(start_sim: object) -> None:
     assert "Capture cuda graph failed: selected index k out of range" in log
 
 
+def test_a_first_decode_failure_hits_the_first_request_when_warmup_is_skipped(
+    start_sim: object,
+) -> None:
+    # real 0.5.17 with --skip-server-warmup: (1, 4, 8) came up, then its first request killed it
+    sim = start_sim(
+        *EAGLE,
+        "--speculative-num-steps",
+        "1",
+        "--speculative-eagle-topk",
+        "4",
+        "--speculative-num-draft-tokens",
+        "8",
+        "--skip-server-warmup",
+        env={"SGLANG_CUDA_COREDUMP_BEFORE_CRASH": "0", "SGLANG_PYSPY_DUMP_BEFORE_CRASH": "0"},
+    )  # type: ignore[operator]
+    sim.wait_for_text(READY)
+    with httpx.Client(base_url=sim.url, timeout=2) as client, contextlib.suppress(httpx.HTTPError):
+        client.get("/health_generate")
+    assert sim.wait_exit() == -signal.SIGKILL
+    log = sim.log()
+    assert "Scheduler hit an exception" in log
+    assert "RuntimeError: selected index k out of range" in log
+    assert "SIGQUIT received. signum=None, frame=None. It usually means one child failed." in log
+    assert "for CUDA coredumps" not in log  # switched off, as SGLang's environment allows
+
+
 def test_assertion_in_main_process_exits_1(start_sim: object) -> None:
     sim = start_sim("--ep-size", "8", "--moe-a2a-backend", "flashinfer")  # type: ignore[operator]
     assert sim.wait_exit() == 1

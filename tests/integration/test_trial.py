@@ -106,6 +106,7 @@ def _write_spec(
     boot_timeout_s: float = 60.0,
     request_timeout_s: float = 10.0,
     cost_per_hour: float | None = None,
+    server_args: Mapping[str, Any] | None = None,
 ) -> SweepSpec:
     """A small sweep spec on the simulated 8-GPU PCIe node (2 prompts of 8 tokens, no warm-up)."""
     raw = {
@@ -116,7 +117,7 @@ def _write_spec(
             "draft_model": "lightseekorg/kimi-k2.5-eagle3",
             "gpus": 8,
             "sglang_version": version,
-            "server_args": {"tp-size": 8, "trust-remote-code": True},
+            "server_args": {"tp-size": 8, "trust-remote-code": True, **(server_args or {})},
             "env": {"NCCL_DEBUG": "WARN"},
             "boot_timeout_s": boot_timeout_s,
             "request_timeout_s": request_timeout_s,
@@ -441,6 +442,41 @@ def test_worker_dying_while_main_process_keeps_running_is_crash_within_2s_of_fat
     assert clock.server is not None
     assert clock.server.watcher.fatal is not None
     assert ended - clock.fatal_at() < PROMPT_DEADLINE_S, _explain(result, clock)
+    _assert_group_gone(clock)
+
+
+def test_a_failed_scheduler_ends_the_trial_before_sglang_exits(
+    tmp_path: Path, clock: _LineClock
+) -> None:
+    # With the warm-up skipped, the tree (1, 4, 8) boots and its first request (the readiness
+    # probe) kills the scheduler; SGLang's running-phase handler then sleeps 5 s and (0.5.17+)
+    # waits 60 s for CUDA coredumps before it exits (the real table's t0025 waited 65 s).
+    spec = _write_spec(tmp_path, server_args={"skip-server-warmup": True})
+    tree = {
+        "speculative-algorithm": "EAGLE3",
+        "speculative-num-steps": 1,
+        "speculative-eagle-topk": 4,
+        "speculative-num-draft-tokens": 8,
+    }
+    config = resolve_config(spec, {**spec.baseline, **tree}, what="test configuration")
+    result = run_trial(
+        spec,
+        config,
+        trial_dir=tmp_path / "trial",
+        trial_id="trial",
+        simulate=True,
+        on_launch=clock,
+    )
+    ended = time.monotonic()
+    clock.stop()
+
+    assert result.failure_mode is FailureMode.CRASH, _explain(result, clock)
+    assert "a server process failed before ready ('Scheduler hit an exception')" in result.reason
+    assert "selected index k out of range" in result.reason
+    assert result.exit_code is None  # SGLang was still waiting: the trial stopped it
+    failed = clock.first(lambda line: "Scheduler hit an exception" in line)
+    # the health probe that hit the crash (up to 2 s), the traceback's settle (1 s), the stop
+    assert ended - failed < 5.0, _explain(result, clock)
     _assert_group_gone(clock)
 
 

@@ -172,3 +172,10 @@ def test_the_simulated_adaptive_lines_read_like_the_real_ones() -> None:
     assert _shape(built) in real
     assert _shape(switch) in real
     assert "speculative_adaptive disabled" not in log
+
+
+def test_the_simulated_crash_diagnostics_read_like_the_real_ones() -> None:
+    log = _log("eagle3-crash-s5-k2-d4.log", "0.5.17")
+    assert texts.RUNNING_SIGQUIT_LINE in log
+    assert texts.CRASH_DIAGNOSTICS_LINE in log
+    assert texts.COREDUMP_WAIT_LINE.format(60.0) in log
