@@ -28,8 +28,14 @@ server log (5 ms polls) in both runs; the readiness-only loop never looks at it.
   fusion and boots on; readiness-only sees a ready server and misses the failure.
 * unsupported, 0.5.23 (``--flashinfer-allreduce-fusion-backend auto`` on SM120): ValueError in the
   scheduler, the server exits.
+* crash after ready, 0.5.17 (EAGLE-3 (1, 4, 8) with ``--skip-server-warmup``, as the real table
+  runs): the server comes up and the first request (the readiness probe) kills the scheduler
+  ("selected index k out of range"); SGLang's running-phase handler then sleeps 5 s and waits
+  60 s for CUDA coredumps before it kills its tree (the real table's t0025 on the H200, 2026-12-02,
+  and the simulator's handler, which sleeps in real seconds). The trial path ends at "Scheduler
+  hit an exception" (the line timed here); readiness-only waits for the exit.
 
-Run: ``.venv/bin/python benchmarks/failure_detection.py`` (about 2.5 minutes; ``--quick`` skips
+Run: ``.venv/bin/python benchmarks/failure_detection.py`` (about 5 minutes; ``--quick`` skips
 the 10 s-poll runs).
 """
 
@@ -83,7 +89,15 @@ _PARAMS: dict[str, dict[str, Any]] = {
         "moe-a2a-backend": {"choices": ["none", "flashinfer"], "default": "none"},
         "flashinfer-allreduce-fusion-backend": {"choices": [None, "auto"]},
     },
+    "0.5.17": {
+        "speculative-algorithm": {"choices": [None, "EAGLE3"]},
+        "speculative-num-steps": {"choices": [1, 3], "default": 3},
+        "speculative-eagle-topk": {"choices": [1, 4], "default": 1},
+        "speculative-num-draft-tokens": {"choices": [4, 8], "default": 4},
+    },
 }
+#: the 0.5.17 node as the real table runs it: no warm-up, so the first request is the first decode
+_SERVER_ARGS: dict[str, dict[str, Any]] = {"0.5.17": {"skip-server-warmup": True}}
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,8 @@ class Case:
     fatal: str
     """Text of the log line that reports the failure (timed in both runs)."""
     fault: str = ""
+    exits_after_s: float = SGLANG_WARMUP_TIMEOUT_S
+    """Seconds from the fatal line until a server that keeps running exits on its own."""
 
     @property
     def label(self) -> str:
@@ -124,6 +140,18 @@ CASES = (
         "0.5.23",
         {"flashinfer-allreduce-fusion-backend": "auto"},
         "ValueError: FlashInfer allreduce fusion requires SM90",
+    ),
+    Case(
+        "crash after ready",
+        "0.5.17",
+        {
+            "speculative-algorithm": "EAGLE3",
+            "speculative-num-steps": 1,
+            "speculative-eagle-topk": 4,
+            "speculative-num-draft-tokens": 8,
+        },
+        "Scheduler hit an exception",
+        exits_after_s=65.0,  # 5 s before crash diagnostics + 60 s for CUDA coredumps
     ),
 )
 
@@ -183,9 +211,14 @@ def _write_spec(folder: Path, version: str) -> SweepSpec:
         "node": {
             "backend": "sglang",
             "model": "moonshotai/Kimi-K2.5",
+            "draft_model": "lightseekorg/kimi-k2.5-eagle3",
             "gpus": 8,
             "sglang_version": version,
-            "server_args": {"tp-size": 8, "trust-remote-code": True},
+            "server_args": {
+                "tp-size": 8,
+                "trust-remote-code": True,
+                **_SERVER_ARGS.get(version, {}),
+            },
             "boot_timeout_s": SPEC_BOOT_TIMEOUT_S,
             "request_timeout_s": 60,
             "sim_profile": "rtx-pro-6000-pcie-x8",
@@ -297,15 +330,16 @@ def run_readiness_only(
     )
 
 
-def sglang_long_timeout(measured: Run, *, poll_s: float) -> tuple[str, float]:
+def sglang_long_timeout(measured: Run, case: Case, *, poll_s: float) -> tuple[str, float]:
     """Readiness-only at `boot_timeout_s: 1800` for a server that never answers (computed).
 
-    The main process keeps running until its warm-up request times out (600 s after the warm-up
-    started, which is when the worker died: the fatal line), then kills itself; the wait notices
-    at its next poll. Polls happen every `poll_s` (plus the poll's own few milliseconds) from
-    launch.
+    The main process keeps running until it kills itself, `case.exits_after_s` after the fatal
+    line (the OOM-and-hang: its warm-up request times out 600 s after the warm-up started, which
+    is when the worker died; the crash after ready: SGLang's crash diagnostics, 65 s); the wait
+    notices at its next poll. Polls happen every `poll_s` (plus the poll's own few milliseconds)
+    from launch.
     """
-    exit_at = measured.fatal_after_launch_s + SGLANG_WARMUP_TIMEOUT_S
+    exit_at = measured.fatal_after_launch_s + case.exits_after_s
     if exit_at >= SPEC_BOOT_TIMEOUT_S:
         return f"timeout ({SPEC_BOOT_TIMEOUT_S:g} s)", SPEC_BOOT_TIMEOUT_S - (
             measured.fatal_after_launch_s
@@ -343,7 +377,7 @@ def main() -> None:
                 poll_s=VLLM_POLL_S,
             )
             if quick.outcome.startswith("timeout"):
-                slow_outcome, slow_s = sglang_long_timeout(quick, poll_s=SGLANG_POLL_S)
+                slow_outcome, slow_s = sglang_long_timeout(quick, case, poll_s=SGLANG_POLL_S)
             elif args.quick:
                 slow_outcome, slow_s = "(skipped)", math.nan
             else:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -663,6 +664,10 @@ async def _serve(
     return 0
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
 def _env_on(name: str) -> bool:
     """SGLang's `EnvBool(True)`: on unless set to a false word."""
     return os.environ.get(name, "true").strip().lower() not in ("0", "false", "no", "off", "")
@@ -672,8 +677,10 @@ def _install_running_phase_sigquit(options: SimOptions, *, log: SimLog, workers:
     """SGLang's running-phase SIGQUIT handler, installed once the server is up: a failed child's
     SIGQUIT gets crash diagnostics before the tree is killed, in real seconds as in SGLang (the
     time scale shortens the node's work, not SGLang's sleeps): 5 s when py-spy or the CUDA
-    coredump is on (both are by default), then, on the new flavor with the coredump on, a wait
-    of `SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS` (60 s by default)."""
+    coredump is on (both are by default; real 0.5.13 and 0.5.17 logs), then, from 0.5.17 with the
+    coredump on, a wait of `SGLANG_CUDA_COREDUMP_BEFORE_CRASH_WAIT_SECS` (60 s by default; read
+    in 0.5.17, assumed to stay in later versions)."""
+    coredump_wait = _version(options.sglang_version) >= (0, 5, 17)
 
     def on_sigquit(signum: int, frame: object) -> None:
         del signum, frame
@@ -682,7 +689,7 @@ def _install_running_phase_sigquit(options: SimOptions, *, log: SimLog, workers:
         if coredump or _env_on(texts.PYSPY_ENV):
             log.line(texts.CRASH_DIAGNOSTICS_LINE)
             time.sleep(texts.CRASH_DIAGNOSTICS_S)
-        if options.flavor == "new" and coredump:
+        if coredump_wait and coredump:
             wait_s = float(os.environ.get(texts.COREDUMP_WAIT_ENV, "60") or 60)
             if wait_s > 0:
                 log.line(texts.COREDUMP_WAIT_LINE.format(wait_s))
