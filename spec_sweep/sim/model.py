@@ -930,6 +930,11 @@ def _draft_tree_failure(plan: NodePlan, spec: SpecSettings, profile: Profile) ->
         error, inner = f"RuntimeError: {texts.CAT_EMPTY}", texts.EAGLE_CAT
     elif draft_tokens - 1 > topk + (steps - 1) * topk * topk:
         error, inner = f"RuntimeError: {texts.TOPK_OUT_OF_RANGE}", texts.EAGLE_TOPK
+    elif plan.config.sglang_version == "0.5.17" and topk > 1 and draft_tokens < steps + 1:
+        # the first verify copies the steps + 1 accepted nodes into the draft tokens' slots
+        # (0.5.17 only: other versions were not read for it)
+        error = texts.compact_size_error(draft_tokens, steps + 1)
+        return _scheduler_failure("warmup", texts.VERIFY_COMPACT, exception=error)
     else:
         return None
     if steps > 1 and plan.graph_max_bs > 0:

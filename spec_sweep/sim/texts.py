@@ -798,6 +798,61 @@ EAGLE_CAT: tuple[Frame, ...] = (
         "score_list = torch.cat(score_list, dim=1).flatten(1)",
     ),
 )
+# SGLang 0.5.17's v2 tree verify on the first request when the draft tokens cannot hold the
+# steps + 1 accepted nodes (the real table's t0025 on the H200, 2026-12-02)
+VERIFY_COMPACT: tuple[Frame, ...] = (
+    ("srt/managers/scheduler.py", 4947, "run_scheduler_process", "scheduler.run_event_loop()"),
+    ("srt/managers/scheduler.py", 1662, "run_event_loop", "dispatch_event_loop(self)"),
+    ("srt/managers/scheduler.py", 4795, "dispatch_event_loop", "scheduler.event_loop_overlap()"),
+    (
+        "srt/managers/scheduler.py",
+        1763,
+        "event_loop_overlap",
+        "batch_result = self.run_batch(batch)",
+    ),
+    (
+        "srt/managers/scheduler.py",
+        3594,
+        "run_batch",
+        "batch_result = self.model_worker.forward_batch_generation(",
+    ),
+    (
+        "srt/speculative/eagle_worker_v2.py",
+        1178,
+        "forward_batch_generation",
+        "batch_output = self.verify(batch, grammar_barrier=grammar_barrier)",
+    ),
+    ("srt/speculative/eagle_worker_v2.py", 1496, "verify", "return run_eagle_verify("),
+    (
+        "srt/speculative/eagle_worker_common.py",
+        633,
+        "run_eagle_verify",
+        "predict = _finalize_accept_tree_path(",
+    ),
+    (
+        "srt/speculative/eagle_worker_common.py",
+        425,
+        "_finalize_accept_tree_path",
+        "predict = _compact_accept_to_front(",
+    ),
+    (
+        "srt/speculative/eagle_worker_common.py",
+        457,
+        "_compact_accept_to_front",
+        "out.view(bs, nd, *x.shape[1:])[:, :s1] = gathered.view(bs, s1, *x.shape[1:])",
+    ),
+)
+
+
+def compact_size_error(draft_tokens: int, path_nodes: int) -> str:
+    """The RuntimeError of `VERIFY_COMPACT` for one request."""
+    return (
+        f"RuntimeError: The expanded size of the tensor ({draft_tokens}) must match the existing "
+        f"size ({path_nodes}) at non-singleton dimension 1.  Target sizes: [1, {draft_tokens}].  "
+        f"Tensor sizes: [{path_nodes}]"
+    )
+
+
 DECODE_STEP: tuple[Frame, ...] = (
     ("srt/managers/scheduler.py", 6366, "run_scheduler_process", "scheduler.run_event_loop()"),
     ("srt/managers/scheduler.py", 1514, "run_event_loop", "dispatch_event_loop(self)"),

@@ -179,3 +179,10 @@ def test_the_simulated_crash_diagnostics_read_like_the_real_ones() -> None:
     assert texts.RUNNING_SIGQUIT_LINE in log
     assert texts.CRASH_DIAGNOSTICS_LINE in log
     assert texts.COREDUMP_WAIT_LINE.format(60.0) in log
+
+
+def test_the_simulated_short_tree_crash_reads_like_the_real_one() -> None:
+    real = _log("eagle3-crash-s5-k2-d4.log", "0.5.17")
+    assert texts.compact_size_error(4, 6) in real
+    for path, lineno, func, code in texts.VERIFY_COMPACT:
+        assert f'sglang/{path}", line {lineno}, in {func}\n    {code}' in real

@@ -164,6 +164,11 @@ def test_capture_batch_sizes_match_sglang() -> None:
         ({"spec": SpecSettings("EAGLE3", 2, 2, 8, "d")}, "draft_capture", "selected index k"),
         ({"spec": SpecSettings("EAGLE3", 1, 2, 4, "d")}, "warmup", "selected index k"),
         ({"spec": SpecSettings("EAGLE3", 0, 2, 2, "d")}, "warmup", texts.CAT_EMPTY),
+        (
+            {"spec": SpecSettings("EAGLE3", 5, 2, 4, "d"), "sglang_version": "0.5.17"},
+            "warmup",
+            "The expanded size of the tensor (4) must match the existing size (6)",
+        ),
         ({"spec": SpecSettings("EAGLE3", None, 2, None, "d")}, "args", "AssertionError"),
         ({"spec": SpecSettings("MEDUSA", 3, 1, 4, "d")}, "args", "Unknown speculative algorithm"),
         ({"moe_a2a_backend": "flashinfer", "ep_size": 8}, "args", texts.A2A_TOPOLOGY_NEW),
