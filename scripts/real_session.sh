@@ -201,10 +201,12 @@ if tuple(int(x) for x in m.version("sglang").split(".")[:3]) >= (0, 5, 17):
              "sglang.srt.layers.attention.deepseek_v4_backend"]
 if tuple(int(x) for x in m.version("sglang").split(".")[:3]) >= (0, 5, 17):
     mods.append("sglang.srt.weight_cache.daemon")
+import time
 for name in mods:
     try:
+        t0 = time.perf_counter()
         importlib.import_module(name)
-        print("ok  ", name)
+        print("ok  ", name, f"{time.perf_counter() - t0:.1f} s")
     except BaseException as exc:
         lines = [line for line in str(exc).splitlines() if line.strip()]
         print("FAIL", name, type(exc).__name__, " | ".join(lines[:2] + lines[-2:])[:400])
@@ -212,6 +214,11 @@ print("versions:", {d: m.version(d) for d in ("sglang", "transformers", "tokeniz
 EOF
   ) >"$out" 2>&1
   log "smoke $v: $(grep -c '^ok' "$out") ok, $(grep -c '^FAIL' "$out") failed"
+  # Where a boot's untimed start-up goes (40-50 s a boot on the H200): the scheduler process's
+  # imports, profiled in the background (CPU only) into out/V/importtime.txt.
+  (eval "$(cmd_env "$v")"; cd /tmp && timeout 300 "$PY" -X importtime -c \
+    "import sglang.launch_server, sglang.srt.managers.scheduler" \
+    2>"$SS/out/$v/importtime.txt" >/dev/null) &
   grep '^FAIL\|^versions' "$out" | cut -c1-300
 }
 
