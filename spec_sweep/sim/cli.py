@@ -88,6 +88,8 @@ class SimOptions:
     Attributes:
         profile: Profile name or YAML path.
         time_scale: Factor on boot and capture seconds (0: as fast as possible).
+        speed: Factor on the node's speed: every prefill and decode step takes 1/speed of the
+            profile's time, so throughputs read speed times the profile's (1: the profile).
         sglang_version: SGLang version whose flag manifest parses the command line.
         flavor: SGLang flavor of that version.
         seed: Seed of every random choice (``--random-seed`` wins over ``--sim-seed``).
@@ -115,6 +117,7 @@ class SimOptions:
     incremental_streaming_output: bool = False
     server_args: dict[str, Any] = field(default_factory=dict)
     corrupt_output: bool = False
+    speed: float = 1.0
 
 
 def flavor_of(manifest: FlagManifest) -> Flavor:
@@ -221,6 +224,13 @@ def _add_sim_flags(environ: Mapping[str, str]) -> Any:
             "[SPEC_SWEEP_SIM_TIME_SCALE]",
         )
         group.add_argument(
+            "--sim-speed",
+            type=float,
+            default=_env_float(environ, "SPEC_SWEEP_SIM_SPEED", 1.0),
+            help="factor on the node's speed: steps take 1/SPEED of the profile's time and "
+            "throughputs read SPEED times its own (tests measure faster) [SPEC_SWEEP_SIM_SPEED]",
+        )
+        group.add_argument(
             "--sim-sglang-version",
             default=environ.get("SPEC_SWEEP_SIM_SGLANG_VERSION") or DEFAULT_SGLANG_VERSION,
             help="SGLang version whose flags are accepted [SPEC_SWEEP_SIM_SGLANG_VERSION]",
@@ -314,6 +324,8 @@ def parse_command_line(
     seed = random_seed if random_seed is not None else int(ns.sim_seed)
     if ns.sim_time_scale < 0:
         parser.error(f"argument --sim-time-scale: must be >= 0, got {ns.sim_time_scale}")
+    if ns.sim_speed <= 0:
+        parser.error(f"argument --sim-speed: must be > 0, got {ns.sim_speed}")
 
     graph_flag = "cuda-graph-max-bs-decode" if flavor == "new" else "cuda-graph-max-bs"
     graph_disabled = flags.bool_("disable-cuda-graph") or flags.bool_("disable-decode-cuda-graph")
@@ -390,6 +402,7 @@ def parse_command_line(
         incremental_streaming_output=flags.bool_("incremental-streaming-output"),
         server_args=server_args,
         corrupt_output=corrupt,
+        speed=float(ns.sim_speed),
     )
     return options, config
 

@@ -189,6 +189,7 @@ class Engine:
         log: Log writer.
         flavor_old: Emit SGLang 0.5.13's extra meta_info aliases.
         boot_time_scale: Time factor for steps made only of start-up (warm-up) requests.
+        speed: Factor on the node's speed (every step takes 1/speed of the model's time).
     """
 
     def __init__(
@@ -199,9 +200,11 @@ class Engine:
         log: SimLog,
         flavor_old: bool,
         boot_time_scale: float = 1.0,
+        speed: float = 1.0,
     ) -> None:
         self.perf = perf
         self.boot_time_scale = boot_time_scale
+        self.speed = speed
         self.plan = plan
         self.log = log
         self.flavor_old = flavor_old
@@ -434,10 +437,10 @@ class Engine:
                 self._log_decode(batch)
 
     def _pace(self, batch: list[GenRequest]) -> float:
-        """1 for real requests; the boot time scale for a batch of start-up requests only."""
+        """1/speed for real requests; the boot time scale for a batch of start-up requests."""
         if batch and all(r.boot_phase for r in batch):
             return self.boot_time_scale
-        return 1.0
+        return 1.0 / self.speed
 
     async def _sleep_until(self, loop: asyncio.AbstractEventLoop, deadline: float) -> float:
         now = loop.time()

@@ -112,6 +112,7 @@ class SimServer:
             log=log,
             flavor_old=options.flavor == "old",
             boot_time_scale=min(1.0, options.time_scale),
+            speed=options.speed,
         )
         self.engine.hang_after = options.faults.hang_after
         self.status = "Starting"

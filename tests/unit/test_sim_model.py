@@ -321,3 +321,27 @@ def test_weight_cache_refuses_speculative_decoding_like_0_5_23(pcie: Profile) ->
         "weights. Disable one of them (--weight-cache-mode off) for this configuration.\n"
     )
     assert _plan(pcie, weight_cache_mode="client").failure is None
+
+
+def test_sim_speed_paces_every_real_step_and_rejects_a_bad_factor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from spec_sweep.sim.engine import Engine, GenRequest
+
+    argv = ["--model-path", "m"]
+    assert parse_command_line(argv, {})[0].speed == 1.0
+    assert parse_command_line(argv, {"SPEC_SWEEP_SIM_SPEED": "4"})[0].speed == 4.0
+    assert parse_command_line([*argv, "--sim-speed", "2.5"], {})[0].speed == 2.5
+    with pytest.raises(SystemExit) as exc:
+        parse_command_line([*argv, "--sim-speed", "0"], {})
+    assert exc.value.code == 2
+    assert "argument --sim-speed: must be > 0, got 0.0" in capsys.readouterr().err
+    perf = _perf(load_profile(H200))
+    log = None  # never written: no step runs
+    engine = Engine(perf, plan=perf.plan, log=log, flavor_old=False, boot_time_scale=0, speed=4)  # type: ignore[arg-type]
+    real = GenRequest.__new__(GenRequest)
+    real.boot_phase = False
+    warmup = GenRequest.__new__(GenRequest)
+    warmup.boot_phase = True
+    assert engine._pace([real]) == 0.25  # a quarter of the modelled step time
+    assert engine._pace([warmup]) == 0.0  # start-up requests keep the boot time scale
