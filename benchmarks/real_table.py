@@ -242,17 +242,29 @@ class Prediction:
 
 
 def model_check(
-    spec: SweepSpec, table: ReplayTable, *, level: int, first_k: int, budget: int
+    spec: SweepSpec,
+    table: ReplayTable,
+    *,
+    level: int,
+    first_k: int,
+    budget: int,
+    order: Sequence[Config] | None = None,
 ) -> tuple[list[tuple[int, int, int]], list[Prediction]]:
-    """Fit the model on ours' first `first_k` measured EAGLE trials (seed 0) at `level`; predict
-    every other measured tree at the fitted trials' most common (graph size, fraction)."""
+    """Fit the model on ours' first `first_k` measured EAGLE trials (seed 0) at `level`, or on
+    the first `first_k` distinct trees of `order` (a partial table's rows in the order they were
+    measured); predict every other measured tree at the fitted trials' most common (graph size,
+    fraction)."""
     metric = at_level("output_throughput", level)
     accept_metric = at_level("accept_length", level)
-    tab = se.table_from("real", with_objective(spec, metric), table)
+    distinct = order is not None  # measured rows: one per tree (the knobs repeat each tree)
+    if order is None:
+        order = _proposals(se.table_from("real", with_objective(spec, metric), table), budget)
     fitted: list[tuple[Config, ReplayRow]] = []
-    for config in _proposals(tab, budget):
+    for config in order:
         row = table.lookup(normalize_config(spec, config))
         if row is None or row.failure_mode is not FailureMode.NONE or _tree(spec, config) is None:
+            continue
+        if distinct and any(_tree(spec, c) == _tree(spec, config) for c, _ in fitted):
             continue
         fitted.append((config, row))
         if len(fitted) == first_k:
@@ -363,6 +375,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budgets", type=int, nargs="+", default=[10, 20, 40])
     parser.add_argument("--seeds", type=int, default=20, help="runs per seeded strategy")
     parser.add_argument("--first-k", type=int, default=4, help="EAGLE trials the model fits on")
+    parser.add_argument(
+        "--partial",
+        action="store_true",
+        help="read an unfinished table: its noise, the model's error and the break-even "
+        "diagnosis on the measured rows (no search efficiency)",
+    )
     args = parser.parse_args(argv)
 
     spec = load_spec(args.spec)
@@ -370,15 +388,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     table, coverage = complete(spec, replay)
     for line in describe(args.table, spec, replay, coverage):
         print(line)
-    if coverage.missing:
+    partial = bool(coverage.missing)
+    if partial:
         print(f"{len(coverage.missing)} configurations of the grid have no row yet, e.g.:")
         for config in coverage.missing[:5]:
             print(f"  {config}")
-        print("finish the table (the same sweep resumes) before reading it further")
-        return 1
+        if not args.partial:
+            print("finish the table (the same sweep resumes) before reading it further")
+            return 1
+        print(
+            "--partial: no search efficiency (a search needs every configuration); the model "
+            "fitted on the first measured EAGLE-3 rows in the order they were measured"
+        )
     levels = args.levels or list(spec.workload.concurrency)
     for level in levels:
         metric = at_level("output_throughput", level)
+        if partial:
+            print(f"\nobjective {metric}")
+            _model_and_diagnosis(spec, replay, replay, level=level, args=args, partial=True)
+            continue
         leveled = with_objective(spec, metric)
         readings, tab, below = efficiency(leveled, table, budgets=args.budgets, seeds=args.seeds)
         print(
@@ -396,28 +424,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  (median / worst decile of best/optimum; ours below random's median in "
             f"{sum(below)} of {len(below)} runs at {max(args.budgets)})"
         )
-        fitted, predictions = model_check(
-            spec, table, level=level, first_k=args.first_k, budget=max(args.budgets)
-        )
-        if predictions:
-            print(f"  speculative model fitted on {fitted}, predicting {len(predictions)} trees:")
-            by_shape: dict[str, list[Prediction]] = defaultdict(list)
-            for p in predictions:
-                by_shape[_shape(p.tree)].append(p)
-            for shape, items in sorted(by_shape.items()):
-                acc = [abs(p.accept[0] - p.accept[1]) for p in items if math.isfinite(p.accept[1])]
-                thr = [abs(p.throughput[0] / p.throughput[1] - 1) for p in items]
-                print(
-                    f"    {shape:<8} {len(items):>2} trees: accept length MAE "
-                    f"{statistics.mean(acc) if acc else math.nan:.3f}, throughput mean |error| "
-                    f"{statistics.mean(thr):.1%}"
-                )
-        agree, total, notes = diagnosis_agreement(spec, replay, level=level)  # measured rows
-        if total:
-            print(f"  break-even diagnosis agrees with the measured verdict on {agree}/{total}")
-            for note in notes[:5]:
-                print(f"    {note}")
+        _model_and_diagnosis(spec, table, replay, level=level, args=args, partial=False)
     return 0
+
+
+def _model_and_diagnosis(
+    spec: SweepSpec,
+    table: ReplayTable,
+    measured: ReplayTable,
+    *,
+    level: int,
+    args: argparse.Namespace,
+    partial: bool,
+) -> None:
+    """Print the speculative model's error by tree shape (fitted on `table`) and the break-even
+    diagnosis against the verdict of the `measured` rows."""
+    order = [row.config for row in measured.rows.values()] if partial else None
+    fitted, predictions = model_check(
+        spec, table, level=level, first_k=args.first_k, budget=max(args.budgets), order=order
+    )
+    if predictions:
+        print(f"  speculative model fitted on {fitted}, predicting {len(predictions)} trees:")
+        by_shape: dict[str, list[Prediction]] = defaultdict(list)
+        for p in predictions:
+            by_shape[_shape(p.tree)].append(p)
+        for shape, items in sorted(by_shape.items()):
+            acc = [abs(p.accept[0] - p.accept[1]) for p in items if math.isfinite(p.accept[1])]
+            thr = [abs(p.throughput[0] / p.throughput[1] - 1) for p in items]
+            print(
+                f"    {shape:<8} {len(items):>2} trees: accept length MAE "
+                f"{statistics.mean(acc) if acc else math.nan:.3f}, throughput mean |error| "
+                f"{statistics.mean(thr):.1%}"
+            )
+    agree, total, notes = diagnosis_agreement(spec, measured, level=level)
+    if total:
+        print(f"  break-even diagnosis agrees with the measured verdict on {agree}/{total}")
+        for note in notes[:5]:
+            print(f"    {note}")
 
 
 if __name__ == "__main__":

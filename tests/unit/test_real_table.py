@@ -154,3 +154,29 @@ def test_the_command_prints_every_part(
     assert "speculative model fitted on" in out
     assert "break-even diagnosis agrees with the measured verdict on 64/64" in out  # measured
     print(out)
+
+
+def test_an_unfinished_table_is_read_with_partial_only(
+    table: tuple[Path, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = table
+    lines = path.read_text().splitlines()
+    partial = tmp_path / "partial.csv"
+    partial.write_text("\n".join(lines[:41]) + "\n")  # the header and 40 configurations
+    assert real_table.main([str(partial), "--levels", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "configurations of the grid have no row yet" in out
+    assert "finish the table" in out
+    assert "speculative model fitted on" not in out
+    assert real_table.main([str(partial), "--levels", "1", "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "search efficiency, objective" not in out  # a search needs every configuration
+    assert "fitted on the first measured EAGLE-3 rows in the order they were measured" in out
+    fitted = out.split("speculative model fitted on ")[1].split(", predicting ")
+    assert fitted[0].count("(") == 4  # the first four EAGLE-3 trees of the file
+    assert int(fitted[1].split()[0]) >= 1
+    # the model's own law with its constants: accept lengths come back nearly exactly
+    maes = [float(x.split(",")[0]) for x in out.split("accept length MAE ")[1:]]
+    assert maes, out
+    assert max(maes) < 0.05, out
+    assert "break-even diagnosis agrees with the measured verdict on" in out
