@@ -20,7 +20,8 @@
 # `auto` returns in seconds unless told to wait: it copies the carried parts to /tmp/ss/parts,
 # starts the runner once (detached with setsid, so it outlives the call while the machine stays
 # warm), waits up to --wait seconds (default 0) or until every job is done, prints the status and
-# packs what is there into $OUT. The runner, in a loop: unpacks the longest complete prefix of
+# packs what is there into $OUT. On a machine with no parts at all (a fresh one: the last went
+# back between two calls, as in the eighth session) it does not wait: carry the parts again. The runner, in a loop: unpacks the longest complete prefix of
 # the stream, installs each bundle whose parts check out (/tmp/ss/site/<name>, smoke-imported;
 # in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
@@ -136,7 +137,7 @@ cmd_parts() {  # the carried parts -> $SS/parts (atomic renames: the runner may 
     fi
   done
   local n; n=$(find "$SS/parts" -maxdepth 1 -name 'xfer.part-*' | wc -l)
-  log "parts: $n of $(wc -l <"$SS/parts/xfer.sha256" 2>/dev/null || echo '?') here"
+  log "parts: $n of $(wc -l 2>/dev/null <"$SS/parts/xfer.sha256" || echo '?') here"
 }
 
 cmd_unpack() {  # the longest complete, checked prefix of the stream -> $SS/stage
@@ -521,6 +522,12 @@ cmd_auto() {
   done
   local t0=$SECONDS
   cmd_parts
+  if [ ! -f "$SS/parts/xfer.sha256" ]; then
+    # A machine without any part is a fresh one (the last went back between two calls): waiting
+    # would spend device time on nothing. Say so at once; carry the parts again from 01.
+    log "auto: no parts on this machine (a fresh one?): not waiting; carry .bundle-xfer/01 .. again"
+    wait_s=0
+  fi
   all_done || start_runner
   while [ $((SECONDS - t0)) -lt "$wait_s" ] && ! all_done; do sleep 5; done
   cmd_status
