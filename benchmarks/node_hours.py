@@ -38,8 +38,8 @@ phase drawn with the measured boot-to-boot spread, CV 4%: 51.85 / 51.93 s on 0.5
 
 * untimed start-up (imports, tokenizer, spawning schedulers, HTTP server, warm-up): 49.3 s,
   the 0.5.17 baseline's 51.85 s boot minus the 2.51 s SGLang timed (not bound to model size;
-  about 20 s of it is Python importing SGLang's modules, once in the server process and once
-  again in the scheduler it spawns: `-X importtime` on the H200 machine, 2026-12-03,
+  up to ~40 s of it is Python importing SGLang's modules, ~20 s in the server process and again
+  in the scheduler it spawns: `-X importtime` on the H200 machine, 2026-12-03,
   benchmarks/real/2026-12-03/);
 * distributed init: 15 s (0.5.13 on 2 x H200: 13.7-15.0 s; 0.02 s on one GPU);
 * weights: the node's weights (family A: its share of a 141 GB GPU x 8; family B: its model's
