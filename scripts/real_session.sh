@@ -21,9 +21,10 @@
 # starts the runner once (detached with setsid, so it outlives the call while the machine stays
 # warm), waits up to --wait seconds (default 0) or until every job is done, prints the status and
 # packs what is there into $OUT. On a machine with no parts at all (a fresh one: the last went
-# back between two calls, as in the eighth session) it does not wait: carry the parts again. The runner, in a loop: unpacks the longest complete prefix of
-# the stream, installs each bundle whose parts check out (/tmp/ss/site/<name>, smoke-imported;
-# in the background while a job runs), makes the model from the GGUF parts (.models/smollm2-135m,
+# back between two calls, as in the eighth session) it does not wait: carry the parts again.
+# The runner, in a loop: unpacks the longest complete prefix of the stream, installs each bundle
+# whose parts check out (/tmp/ss/site/<name>, smoke-imported; in the background while a job
+# runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
 # short loses the least: draft-0.5.17 table-0.5.17 (the table is what is left to measure:
@@ -215,11 +216,6 @@ print("versions:", {d: m.version(d) for d in ("sglang", "transformers", "tokeniz
 EOF
   ) >"$out" 2>&1
   log "smoke $v: $(grep -c '^ok' "$out") ok, $(grep -c '^FAIL' "$out") failed"
-  # Where a boot's untimed start-up goes (40-50 s a boot on the H200): the scheduler process's
-  # imports, profiled in the background (CPU only) into out/V/importtime.txt.
-  (eval "$(cmd_env "$v")"; cd /tmp && timeout 300 "$PY" -X importtime -c \
-    "import sglang.launch_server, sglang.srt.managers.scheduler" \
-    2>"$SS/out/$v/importtime.txt" >/dev/null) &
   grep '^FAIL\|^versions' "$out" | cut -c1-300
 }
 
