@@ -27,6 +27,12 @@ one node whose answers nobody here modelled. This script reads it three ways:
    measured throughput verdict (output tok/s vs the plain configuration at the same knobs): how
    often they agree on whether speculation pays.
 
+4. **The simulator's acceptance law against reality** (`spec_sweep.sim.perf.tree_acceptance`,
+   what the simulated node accepts per tree): its per-depth chain rates and its gain per extra
+   candidate fitted to every measured tree's accept length at the lowest level, the fit's error
+   per tree, each tree predicted by a fit on the others (leave one out), and the fitted gain and
+   chain decay beside the simulated H200 profile's (`--profile`).
+
 Run: `.venv/bin/python benchmarks/real_table.py benchmarks/real/<date>/table-0.5.17.csv`
 (`--spec` names the sweep it was measured with; default sweeps/real_table_smollm2.yaml).
 """
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import math
 import statistics
 import sys
@@ -68,6 +75,8 @@ from spec_sweep.search.tree_rules import (  # noqa: E402
     TOPK,
     check_tree,
 )
+from spec_sweep.sim.perf import accept_length, tree_acceptance  # noqa: E402
+from spec_sweep.sim.profiles import load_profile  # noqa: E402
 from spec_sweep.spec import SweepSpec  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
 from spec_sweep.store.replay import ReplayRow, ReplayTable, load_replay  # noqa: E402
@@ -367,6 +376,114 @@ def diagnosis_agreement(
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# 4. The simulator's acceptance law
+
+_DEPTHS = 5  # the deepest chain rate the law keeps (the last one repeats below it)
+
+
+@dataclass
+class LawFit:
+    """The simulator's acceptance law fitted to measured accept lengths."""
+
+    rates: list[float]
+    gain: float
+    fitted: dict[tuple[int, int, int], tuple[float, float]]  # tree -> (law, measured)
+    left_out: dict[tuple[int, int, int], float]  # tree -> law fitted on the other trees
+
+
+def measured_accept(
+    spec: SweepSpec, replay: ReplayTable, level: int
+) -> dict[tuple[int, int, int], float]:
+    """Mean accept length per EAGLE tree that ran (as SGLang runs it), at one level."""
+    metric = at_level("accept_length", level)
+    seen: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+    for row in replay.rows.values():
+        tree = _tree(spec, row.config)
+        value = row.metrics.get(metric) if row.failure_mode == FailureMode.NONE else None
+        if tree is not None and value is not None and math.isfinite(value):
+            seen[tree].append(value)
+    return {tree: statistics.mean(values) for tree, values in sorted(seen.items())}
+
+
+def _law(params: Sequence[float], tree: tuple[int, int, int]) -> float:
+    steps, topk, draft = tree
+    rates = list(params[:_DEPTHS])
+    return accept_length(
+        tree_acceptance(rates, params[_DEPTHS], steps=steps, topk=topk, draft_tokens=draft)
+    )
+
+
+def _fit_params(trees: Mapping[tuple[int, int, int], float]) -> list[float]:
+    """Least squares by coordinate descent with shrinking steps (deterministic, no SciPy)."""
+    params = [0.5] * _DEPTHS + [0.2]
+
+    def loss(ps: Sequence[float]) -> float:
+        return sum((_law(ps, tree) - value) ** 2 for tree, value in trees.items())
+
+    best, step = loss(params), 0.2
+    while step > 1e-5:
+        improved = False
+        for i in range(len(params)):
+            for delta in (step, -step):
+                trial = list(params)
+                trial[i] = min(0.999, max(0.0, trial[i] + delta))
+                value = loss(trial)
+                if value < best - 1e-15:
+                    params, best, improved = trial, value, True
+        if not improved:
+            step /= 2
+    return params
+
+
+def law_fit(trees: Mapping[tuple[int, int, int], float]) -> LawFit:
+    """Fit the law on every tree, and each tree again on the others."""
+    params = _fit_params(trees)
+    fitted = {tree: (_law(params, tree), value) for tree, value in trees.items()}
+    left_out = {}
+    for tree in trees:
+        others = {t: v for t, v in trees.items() if t != tree}
+        left_out[tree] = _law(_fit_params(others), tree)
+    return LawFit(list(params[:_DEPTHS]), params[_DEPTHS], fitted, left_out)
+
+
+def print_law_fit(spec: SweepSpec, replay: ReplayTable, profile_name: str) -> None:
+    level = min(spec.workload.concurrency)
+    trees = measured_accept(spec, replay, level)
+    if len(trees) < _DEPTHS + 2:
+        print(f"\nsimulator's acceptance law: {len(trees)} measured trees, too few to fit")
+        return
+    fit = law_fit(trees)
+    profile = load_profile(profile_name).perf
+    print(
+        f"\nsimulator's acceptance law fitted to {len(trees)} measured trees "
+        f"(accept length at c{level}):"
+    )
+    print(
+        "  chain rates by depth "
+        + " ".join(f"{r:.3f}" for r in fit.rates)
+        + f"; gain per extra candidate {fit.gain:.3f}"
+    )
+    print(f"  {'tree':<12} {'measured':>8} {'fit':>7} {'left out':>9}")
+    for tree, (law, value) in fit.fitted.items():
+        print(f"  {tree!s:<12} {value:>8.3f} {law:>7.3f} {fit.left_out[tree]:>9.3f}")
+    fit_err = statistics.mean(abs(law - value) for law, value in fit.fitted.values())
+    loo_err = statistics.mean(abs(fit.left_out[t] - v) for t, (_, v) in fit.fitted.items())
+    print(f"  mean abs. error: fit {fit_err:.3f}, left out {loo_err:.3f}")
+    rates = list(profile.acceptance.get("EAGLE3", ()))[:_DEPTHS]
+    decay = [b / a for a, b in itertools.pairwise(rates) if a > 0]
+    real_decay = [b / a for a, b in itertools.pairwise(fit.rates) if a > 0]
+    print(
+        f"  profile {profile_name}: gain {profile.extra_candidate_gain:.3f}, chain rates "
+        + " ".join(f"{r:.3f}" for r in rates)
+        + " (decay "
+        + " ".join(f"{d:.2f}" for d in decay)
+        + "; the real head's "
+        + " ".join(f"{d:.2f}" for d in real_decay)
+        + ")"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("table", type=Path, help="the real table (spec-sweep export)")
@@ -375,6 +492,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budgets", type=int, nargs="+", default=[10, 20, 40])
     parser.add_argument("--seeds", type=int, default=20, help="runs per seeded strategy")
     parser.add_argument("--first-k", type=int, default=4, help="EAGLE trials the model fits on")
+    parser.add_argument(
+        "--profile", default="h200-nvlink-x8", help="simulated profile to compare the law with"
+    )
     parser.add_argument(
         "--partial",
         action="store_true",
@@ -395,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {config}")
         if not args.partial:
             print("finish the table (the same sweep resumes) before reading it further")
+            print_law_fit(spec, replay, args.profile)
             return 1
         print(
             "--partial: no search efficiency (a search needs every configuration); the model "
@@ -425,6 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{sum(below)} of {len(below)} runs at {max(args.budgets)})"
         )
         _model_and_diagnosis(spec, table, replay, level=level, args=args, partial=False)
+    print_law_fit(spec, replay, args.profile)
     return 0
 
 

@@ -17,7 +17,7 @@ import random
 from spec_sweep.sim.model import NodePlan, SpecSettings
 from spec_sweep.sim.profiles import Profile
 
-__all__ = ["AcceptSampler", "PerfModel"]
+__all__ = ["AcceptSampler", "PerfModel", "accept_length", "tree_acceptance"]
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 #: Tokens per step above which FlashInfer's fused all-reduce falls back (no fusion speed-up).
@@ -37,6 +37,45 @@ def _seed_of(*parts: object) -> int:
     )
     digest = hashlib.sha256("|".join(repr(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big")
+
+
+def tree_acceptance(
+    rates: list[float], gain: float, *, steps: int, topk: int, draft_tokens: int
+) -> list[float]:
+    """The simulator's acceptance law: P(accept depth d | shallower depths accepted), d = 1..steps.
+
+    The tree's ``draft_tokens - 1`` nodes go one per depth first (a chain), then up to ``topk``
+    per depth from the shallowest; a depth with ``n`` candidates accepts with
+    ``1 - (1 - rate_d) (1 - gain)^(n - 1)``, ``rate_d`` the chain's rate at that depth (the last
+    rate repeats past the list) and ``gain`` what each extra candidate adds
+    (`perf.speculative.extra_candidate_gain`); a depth without a node accepts nothing.
+    """
+    nodes = max(0, draft_tokens - 1)
+    budget = [0] * steps
+    for d in range(min(steps, nodes)):
+        budget[d] = 1
+    left = nodes - sum(budget)
+    for d in range(steps):
+        extra = min(left, max(0, topk - budget[d]))
+        budget[d] += extra
+        left -= extra
+    out = []
+    for d in range(steps):
+        if budget[d] == 0:
+            out.append(0.0)
+            continue
+        rate = rates[d] if d < len(rates) else rates[-1]
+        out.append(1.0 - (1.0 - rate) * (1.0 - gain) ** (budget[d] - 1))
+    return out
+
+
+def accept_length(depth_rates: list[float]) -> float:
+    """Expected tokens per cycle (bonus token included) from per-depth conditional rates."""
+    length, prob = 1.0, 1.0
+    for q in depth_rates:
+        prob *= q
+        length += prob
+    return length
 
 
 class AcceptSampler:
@@ -264,34 +303,18 @@ class PerfModel:
         if self.spec is None:
             return []
         tree = self.tree(steps)
-        steps, topk = tree.steps or 0, tree.topk or 1
-        nodes = max(0, (tree.draft_tokens or 1) - 1)
         factor = 1.0 if natural else self.perf.random_token_factor
-        budget = [0] * steps
-        for d in range(min(steps, nodes)):
-            budget[d] = 1
-        left = nodes - sum(budget)
-        for d in range(steps):
-            extra = min(left, max(0, topk - budget[d]))
-            budget[d] += extra
-            left -= extra
-        gain = self.perf.extra_candidate_gain
-        out = []
-        for d in range(steps):
-            p = (self._rates[d] if d < len(self._rates) else self._rates[-1]) * factor
-            if budget[d] == 0:
-                out.append(0.0)
-                continue
-            out.append(1.0 - (1.0 - p) * (1.0 - gain) ** (budget[d] - 1))
-        return out
+        return tree_acceptance(
+            [rate * factor for rate in self._rates],
+            self.perf.extra_candidate_gain,
+            steps=tree.steps or 0,
+            topk=tree.topk or 1,
+            draft_tokens=tree.draft_tokens or 1,
+        )
 
     def expected_accept_length(self, *, natural: bool = True, steps: int | None = None) -> float:
         """Expected tokens per cycle (bonus token included)."""
-        length, prob = 1.0, 1.0
-        for q in self.depth_acceptance(natural=natural, steps=steps):
-            prob *= q
-            length += prob
-        return length
+        return accept_length(self.depth_acceptance(natural=natural, steps=steps))
 
     def expected_decode_tok_s(
         self, batch: int = 1, *, natural: bool = True, steps: int | None = None

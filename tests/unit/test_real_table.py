@@ -153,6 +153,7 @@ def test_the_command_prints_every_part(
     assert "search efficiency, objective output_throughput_c1" in out
     assert "speculative model fitted on" in out
     assert "break-even diagnosis agrees with the measured verdict on 64/64" in out  # measured
+    assert "simulator's acceptance law fitted to 14 measured trees" in out
     print(out)
 
 
@@ -180,3 +181,28 @@ def test_an_unfinished_table_is_read_with_partial_only(
     assert maes, out
     assert max(maes) < 0.05, out
     assert "break-even diagnosis agrees with the measured verdict on" in out
+
+
+def test_the_simulators_acceptance_law_is_recovered_from_accept_lengths() -> None:
+    # accept lengths that follow the simulator's law with known constants, on the real grid's
+    # trees: the fit gives the constants back, and each tree left out is predicted
+    from spec_sweep.sim.perf import accept_length as sim_accept_length
+    from spec_sweep.sim.perf import tree_acceptance
+
+    rates, gain = [0.70, 0.55, 0.45, 0.40, 0.35], 0.25
+    trees = [
+        (1, 1, 2), (1, 4, 4), (2, 1, 3), (2, 2, 4), (2, 4, 8), (3, 1, 4), (3, 2, 4),
+        (3, 2, 8), (3, 4, 4), (3, 4, 8), (5, 1, 6), (5, 2, 8), (5, 4, 8),
+    ]  # fmt: skip
+    measured = {
+        (s, k, d): sim_accept_length(tree_acceptance(rates, gain, steps=s, topk=k, draft_tokens=d))
+        for s, k, d in trees
+    }
+    fit = real_table.law_fit(measured)
+    assert fit.gain == pytest.approx(gain, abs=0.01)
+    assert fit.rates[:3] == pytest.approx(rates[:3], abs=0.02)  # depths 4-5 only as a product
+    assert max(abs(law - value) for law, value in fit.fitted.values()) < 0.005
+    assert max(abs(fit.left_out[t] - v) for t, v in measured.items()) < 0.02
+    # and a law it cannot follow (a width that helps nothing at depth 1) leaves an error
+    measured[(1, 4, 4)] = measured[(1, 1, 2)]
+    assert real_table.law_fit(measured).left_out[(1, 4, 4)] > measured[(1, 1, 2)] + 0.05
