@@ -1,5 +1,8 @@
 """Fixtures: one Ray cluster per session, temp projects, nothing shared with the user.
 
+The suite runs in two pytest-xdist workers (pyproject.toml), each its own session: everything
+below (project folder, Ray token, Ray head) exists once per worker.
+
 - Isolation: the whole session runs with its own project folder (`SPEC_SWEEP_PROJECT_DIR`, so
   no test reads or writes the user's `mlruns/` or `.spec_sweep/`), without the user's
   `RAY_ADDRESS` or `MLFLOW_*` settings, and with a Ray head whose every port is chosen free
@@ -58,6 +61,19 @@ def _session_dir() -> Iterator[Path]:
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
 
 
+def _worker_port_range() -> list[str]:
+    """Under pytest-xdist (`-n 2` in pyproject.toml) each worker runs its own session and Ray
+    head: give each head its own slice of Ray's worker ports (10002-19999 by default), so two
+    heads never hand their workers the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2:
+        return []
+    width = (19999 - 10002 + 1) // count
+    low = 10002 + int(worker[2:]) * width
+    return [f"--min-worker-port={low}", f"--max-worker-port={low + width - 1}"]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
     """A real local Ray head (8 logical GPUs, one spec_sweep_node); yields its address."""
@@ -79,6 +95,7 @@ def ray_cluster() -> Iterator[str]:
         "--disable-usage-stats",
         f"--temp-dir={temp}",
         *ray_port_args(port),
+        *_worker_port_range(),
     ]
     started = subprocess.run(args, capture_output=True, text=True, timeout=180)
     if started.returncode != 0:
