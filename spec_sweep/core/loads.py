@@ -31,6 +31,7 @@ __all__ = [
     "LevelWinner",
     "LoadAnswer",
     "SweepCost",
+    "lost_attempt_seconds",
     "per_load_answer",
     "sweep_cost",
 ]
@@ -202,6 +203,31 @@ def attempt_seconds(record: TrialRecord) -> float | None:
     if record.end_time is not None and record.start_time:
         return max(0.0, (record.end_time - record.start_time) / 1000.0)
     return None
+
+
+def lost_attempt_seconds(
+    record: TrialRecord, *, last_seen_ms: int | None, now_ms: int, timeout_s: float
+) -> float | None:
+    """The node time of an attempt lost with its driver, to record when a resumed driver closes
+    it (None: its run's own times stand).
+
+    An attempt the store still holds as RUNNING when a driver resumes, or one an earlier resume
+    closed without a time of its own, held the node until its last sign of life (the last
+    metric logged into its run: the system-metrics monitor samples every few seconds while the
+    driver lives), not until the resume, which may come hours later. Without any sign of life
+    it counts nothing. A closed attempt is left alone unless its run's end is more than
+    `timeout_s` (the trial timeout) past its last sign of life: longer than any attempt could
+    have gone unseen.
+    """
+    if record.elapsed_s is not None or not record.start_time:
+        return None
+    seen = max(record.start_time, last_seen_ms or record.start_time)
+    if record.status != "RUNNING":
+        if record.end_time is None or record.end_time - seen <= timeout_s * 1000.0:
+            return None
+    elif now_ms <= seen:
+        return None
+    return (seen - record.start_time) / 1000.0
 
 
 def sweep_cost(history: History) -> SweepCost:

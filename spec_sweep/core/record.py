@@ -152,10 +152,15 @@ def outcome_tags(
     return tags
 
 
-def kill_tags(reason: str, *, failure_mode: FailureMode | None = None) -> dict[str, str]:
-    """The tags of an attempt closed KILLED: why, and how it ended when that is known."""
+def kill_tags(
+    reason: str, *, failure_mode: FailureMode | None = None, elapsed_s: float | None = None
+) -> dict[str, str]:
+    """The tags of an attempt closed KILLED: why, how it ended when that is known, and the node
+    time it held when its run's own times would overstate it (`loads.lost_attempt_seconds`)."""
     tags = {names.TAG_FAILURE: failure_mode.value} if failure_mode is not None else {}
     tags[names.TAG_REASON] = reason[:_REASON_CHARS]
+    if elapsed_s is not None:
+        tags[names.TAG_ELAPSED] = f"{elapsed_s:.3f}"
     return tags
 
 

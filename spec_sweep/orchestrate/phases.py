@@ -45,6 +45,7 @@ from spec_sweep.core.confirm import Repeat, plan, remeasure_due
 from spec_sweep.core.history import History, Rerun
 from spec_sweep.core.hours import hours_metrics, node_hours
 from spec_sweep.core.ids import BASELINE_ID, repeated_of
+from spec_sweep.core.loads import lost_attempt_seconds
 from spec_sweep.core.names import (
     SPEEDUP_METRIC,
     TAG_DRIFT,
@@ -54,6 +55,7 @@ from spec_sweep.core.names import (
     TAG_WINNER,
 )
 from spec_sweep.core.outcome import FailureMode
+from spec_sweep.core.record import kill_tags
 from spec_sweep.core.secrets import secret_values
 from spec_sweep.core.verdict import Verdict, confirm_metrics, verdict, workload_warning
 from spec_sweep.node.backends import TrialBackend
@@ -68,9 +70,15 @@ from spec_sweep.spec import SweepSpec
 from spec_sweep.store.state import SweepState
 from spec_sweep.store.tracker import Tracker
 
-__all__ = ["RunOptions", "SweepRun"]
+__all__ = ["RunOptions", "SweepRun", "close_lost_attempts"]
 
 log = logging.getLogger("spec_sweep")
+
+#: Why a resumed driver closed an attempt its killed predecessor left running.
+_LOST_REASON = (
+    "lost with its driver (killed, or its machine gone); closed by the resumed driver, its "
+    "node time counted to its last sign of life"
+)
 
 
 @dataclass(frozen=True)
@@ -163,8 +171,8 @@ class SweepRun:
         )
         self.state.save_run(self.parent_run_id, tracker.uri)
         history = self.refresh()
-        for record in history.running:
-            tracker.kill_run(record.run_id)
+        close_lost_attempts(tracker, spec, history)
+        history = self.refresh()
         if BASELINE_ID not in history.finished:
             base = (BASELINE_ID, baseline_config(spec), history.next_attempt(BASELINE_ID))
             self._requeue = [base]
@@ -423,3 +431,30 @@ def _install_sigint(interrupt: Interrupt, state: SweepState) -> Any:
         ).start()
 
     return signal.signal(signal.SIGINT, handler)
+
+
+def close_lost_attempts(tracker: Tracker, spec: SweepSpec, history: History) -> None:
+    """Close what a killed driver left RUNNING, each timed to its last sign of life, and time
+    the same way any attempt an earlier resume closed at its own start
+    (`loads.lost_attempt_seconds`): a lost attempt held the node until it was lost, not until
+    the next driver came."""
+    now_ms = int(time.time() * 1000)
+    timeout_s = spec.budget.trial_timeout_s
+    for record in history.records:
+        if record.status not in ("RUNNING", "KILLED") or record.elapsed_s is not None:
+            continue
+        if record.status == "KILLED" and (
+            record.end_time is None or record.end_time - record.start_time <= timeout_s * 1000.0
+        ):
+            continue  # closed in time: its run's own times stand
+        elapsed = lost_attempt_seconds(
+            record,
+            last_seen_ms=tracker.last_logged_ms(record.run_id),
+            now_ms=now_ms,
+            timeout_s=timeout_s,
+        )
+        tags = kill_tags(_LOST_REASON, elapsed_s=elapsed) if elapsed is not None else None
+        if record.status == "RUNNING":
+            tracker.kill_run(record.run_id, tags=tags)
+        elif tags is not None:
+            tracker.set_tags(record.run_id, tags)

@@ -416,6 +416,19 @@ class Tracker:
         """Mark a closed run RUNNING again (its attempt finished; its record is completed now)."""
         self.client.update_run(run_id, status="RUNNING")
 
+    def last_logged_ms(self, run_id: str) -> int | None:
+        """When the run last showed life: the newest timestamp (ms) of any metric logged into it
+        (its system metrics are sampled every few seconds while its driver lives); None if
+        nothing was logged or the store lacks the run."""
+        try:
+            keys = list(self.client.get_run(run_id).data.metrics)
+            stamps = [
+                m.timestamp for key in keys for m in self.client.get_metric_history(run_id, key)
+            ]
+        except mlflow.exceptions.MlflowException:
+            return None
+        return max(stamps) if stamps else None
+
     def run_status(self, run_id: str) -> str | None:
         """A run's status (`RUNNING`, `FINISHED`, `KILLED`, ...), None if the store lacks it."""
         try:

@@ -30,11 +30,13 @@ from spec_sweep.node.backends import SimBackend
 from spec_sweep.orchestrate.driver import sweep
 from spec_sweep.present.terminal import print_summary
 
-# About 8 trials: the simulated node paces tokens in real time, and level 1's 32 requests of 12
-# tokens take ~8 s at 50 tok/s, so the node runs at 3x its profile's speed (`--sim-speed`: every
-# step a third of its time, the ratios unchanged). With 8 tokens a request the first token's
-# share flattened the crossover (the 5-step chain only 1.10x the 1-step one at c1, the adaptive
-# boot 1.064x against the 1.05x asked); with 12 the adaptive boot measured 1.185x.
+# About 8 trials: the simulated node paces tokens in real time (level 1's 32 requests of 12
+# tokens take ~8 s at 50 tok/s). With 8 tokens a request the first token's share flattened the
+# crossover (the 5-step chain only 1.10x the 1-step one at c1, the adaptive boot 1.064x against
+# the 1.05x asked); with 12 the adaptive boot measured 1.185x. At its profile's own speed: run 3x
+# faster (`--sim-speed 3`) it passed alone and in most runs of the two-worker suite, but once
+# there the 5-step chain also won at c32 (steps a third as long are more exposed to the other
+# worker's load), so the speed-up was taken back (~100 s, beside the other worker's files).
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.slow, pytest.mark.timeout(600)]
 
 
@@ -68,7 +70,7 @@ def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
     uri = f"sqlite:///{project_dir / 'mlruns' / 'adaptive.db'}"
     outcome = sweep(
         spec,
-        backend=SimBackend(spec, extra_env={"SPEC_SWEEP_SIM_SPEED": "3"}, grace_s=2.0),
+        backend=SimBackend(spec, grace_s=2.0),
         state_dir=project_dir / ".spec_sweep",
         tracking_uri=uri,
     )

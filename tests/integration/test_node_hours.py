@@ -137,3 +137,54 @@ def test_weight_cache_clients_boot_faster_and_the_daemon_goes_with_the_sweep(
         if "spec_sweep.sim.weight_cache" in " ".join(p.info["cmdline"] or [])
     ]
     assert left == []
+
+
+def test_attempts_lost_with_their_driver_count_until_their_last_sign_of_life(
+    project_dir: Path,
+) -> None:
+    # A real store holding what a driver killed hours ago leaves: an attempt still RUNNING, one
+    # an earlier resume closed at its own time (before this rule), and one closed in time. The
+    # resume's rule times the first two to their last logged metric; the third keeps its own.
+    import time
+
+    from mlflow.entities import Metric
+
+    from spec_sweep.core.config import baseline_config
+    from spec_sweep.core.history import History
+    from spec_sweep.core.hours import node_hours
+    from spec_sweep.core.loads import attempt_seconds
+    from spec_sweep.core.record import trial_tags
+    from spec_sweep.orchestrate.phases import close_lost_attempts
+    from spec_sweep.store.tracker import Tracker
+
+    spec = harness.make_spec(project_dir / "sweeps", name="lost", budget={"trials": 3})
+    tracker = Tracker(f"sqlite:///{project_dir / 'mlruns' / 'lost.db'}", spec.experiment)
+    parent, _ = tracker.start_sweep(spec, state_id="lost", simulate=True)
+    client, now, hour = tracker.client, int(time.time() * 1000), 3_600_000
+
+    def attempt(trial_id: str, start: int, seen_after_s: float) -> str:
+        tags = trial_tags(trial_id=trial_id, config=baseline_config(spec), parent_run_id=parent)
+        run_id = client.create_run(tracker.experiment_id, start_time=start, tags=tags).info.run_id
+        sample = Metric(
+            "system/cpu_utilization_percentage", 5.0, start + int(seen_after_s * 1e3), 0
+        )
+        client.log_batch(run_id, metrics=[sample])
+        return str(run_id)
+
+    attempt("t0001", now - 3 * hour, 20.0)  # its driver and machine went three hours ago
+    closed_late = attempt("t0002", now - 5 * hour, 30.0)
+    client.set_terminated(closed_late, status="KILLED", end_time=now - 3 * hour)
+    in_time = attempt("t0003", now - 600_000, 50.0)
+    client.set_terminated(in_time, status="KILLED", end_time=now - 540_000)
+
+    close_lost_attempts(tracker, spec, History(spec, tracker.trials(parent)))
+    close_lost_attempts(tracker, spec, History(spec, tracker.trials(parent)))  # changes nothing
+    after = {r.trial_id: r for r in tracker.trials(parent)}
+    assert {r.status for r in after.values()} == {"KILLED"}
+    assert after["t0001"].elapsed_s == pytest.approx(20.0)
+    assert after["t0002"].elapsed_s == pytest.approx(30.0)
+    assert after["t0003"].elapsed_s is None
+    assert attempt_seconds(after["t0003"]) == pytest.approx(60.0)
+    assert "last sign of life" in after["t0001"].reason
+    hours = node_hours(History(spec, list(after.values())))
+    assert hours.total * 3600 == pytest.approx(20 + 30 + 60, abs=0.5)  # not 5 hours

@@ -9,7 +9,7 @@ import harness
 import pytest
 
 from spec_sweep.core.history import History
-from spec_sweep.core.loads import per_load_answer, sweep_cost
+from spec_sweep.core.loads import lost_attempt_seconds, per_load_answer, sweep_cost
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.present.sweep_view import SweepView
@@ -111,3 +111,37 @@ def test_no_crossover_when_speculative_decoding_never_wins_or_always_wins(tmp_pa
     assert answer is not None
     assert answer.crossover is None
     assert answer.sentence() == "speculative decoding wins at no measured level"
+
+
+def test_a_lost_attempt_held_the_node_until_its_last_sign_of_life() -> None:
+    start = 1_000_000_000_000
+    hour = 3_600_000
+
+    def attempt(status: str, end: int | None = None, elapsed: float | None = None) -> TrialRecord:
+        return TrialRecord(
+            run_id="r",
+            trial_id="t0003",
+            status=status,
+            config={},
+            failure_mode=None,
+            metrics={},
+            reason="",
+            elapsed_s=elapsed,
+            start_time=start,
+            end_time=end,
+        )
+
+    def lost(record: TrialRecord, seen: int | None) -> float | None:
+        return lost_attempt_seconds(
+            record, last_seen_ms=seen, now_ms=start + 3 * hour, timeout_s=900
+        )
+
+    # left RUNNING by a killed driver, resumed three hours later: 20 s, not three hours
+    assert lost(attempt("RUNNING"), start + 20_000) == pytest.approx(20.0)
+    assert lost(attempt("RUNNING"), None) == 0.0  # no sign of life after its start
+    # closed at an earlier resume's time, hours after its last sign of life: timed again
+    assert lost(attempt("KILLED", end=start + 2 * hour), start + 30_000) == pytest.approx(30.0)
+    # closed in time (Ctrl-C, node lost), or timed already: its own times stand
+    assert lost(attempt("KILLED", end=start + 60_000), start + 55_000) is None
+    assert lost(attempt("KILLED", end=start + 2 * hour, elapsed=40.0), start + 30_000) is None
+    assert lost(attempt("RUNNING", elapsed=12.0), start + 30_000) is None
