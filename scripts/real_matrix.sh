@@ -24,7 +24,9 @@ gpus=$(nvidia-smi -L | grep -c '^GPU')
 run() {  # lane name, pytest -k expression, CUDA_VISIBLE_DEVICES ("" = all)
   local log="$SPEC_SWEEP_REAL_OUT/lane-$1.log"
   if [ -n "$3" ]; then export CUDA_VISIBLE_DEVICES="$3"; else unset CUDA_VISIBLE_DEVICES; fi
-  "$py" -m pytest -p no:cacheprovider -q -rA tests/real -k "$2" >"$log" 2>&1
+  # one process per lane (pyproject's addopts ask for two xdist workers; a lane has one GPU)
+  "$py" -m pytest -p no:cacheprovider -o "addopts=--strict-markers -ra" -q -rA tests/real \
+    -k "$2" >"$log" 2>&1
   echo "lane $1: exit $? ($(tail -1 "$log"))"
 }
 if [ "$gpus" -ge 2 ]; then

@@ -284,8 +284,11 @@ cmd_job() {
   eval "$(cmd_env "$v")"
   export SPEC_SWEEP_REAL_OUT="$out"
   local t0=$SECONDS rc=0
-  # pytest's folders under the job's output: a session cut short brings back the trials' logs
-  local pytest=("$PY" -m pytest -p no:cacheprovider --basetemp "$out/tmp")
+  # pytest's folders under the job's output: a session cut short brings back the trials' logs.
+  # One process (pyproject's addopts ask for two xdist workers, which the image has): the real
+  # tests share the GPU, so they must not run two at a time.
+  local pytest=("$PY" -m pytest -p no:cacheprovider -o "addopts=--strict-markers -ra"
+    --basetemp "$out/tmp")
   case "$kind" in
     quality)
       local port=21000 pids=() p

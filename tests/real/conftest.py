@@ -13,8 +13,12 @@ README's "Real GPUs" figures and `tests/fixtures/sglang/` come from.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +51,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+#: The README's test command runs two pytest-xdist workers (pyproject.toml), and whole test files
+#: go to one worker: real SGLang servers must not share the GPUs, so one real file runs at a time
+#: across the workers, and the model is made by one of them (`scripts/real_session.sh` and
+#: `real_matrix.sh` run these tests in one process anyway).
+_GPU_LOCK = Path(tempfile.gettempdir()) / "spec_sweep-real-gpu.lock"
+
+
+@contextlib.contextmanager
+def _gpus_alone() -> Iterator[None]:
+    with _GPU_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_real_file_at_a_time() -> Iterator[None]:
+    # module scope: set up after the session fixtures below, so the lock is never taken twice
+    with _gpus_alone():
+        yield
+
+
 @pytest.fixture(scope="session")
 def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where results and server logs go ($SPEC_SWEEP_REAL_OUT or a temp folder)."""
@@ -59,7 +87,8 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def model() -> Path:
     """The chosen model folder (and its EAGLE-3 draft config), made once."""
-    return ensure_model()
+    with _gpus_alone():
+        return ensure_model()
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +96,8 @@ def matrix(out_dir: Path, model: Path) -> Path:
     """`matrix.yaml` rendered for the chosen SGLang version and model."""
     del model  # made first
     name = f"matrix-{sglang_version()}-{model_kind()}.yaml"
-    return render_spec(MATRIX, out_dir / "specs" / name)
+    with _gpus_alone():
+        return render_spec(MATRIX, out_dir / "specs" / name)
 
 
 @pytest.fixture(scope="session")
