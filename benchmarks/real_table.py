@@ -374,9 +374,6 @@ def diagnosis_agreement(
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
 # 4. The simulator's acceptance law
 
 _DEPTHS = 5  # the deepest chain rate the law keeps (the last one repeats below it)
@@ -482,6 +479,9 @@ def print_law_fit(spec: SweepSpec, replay: ReplayTable, profile_name: str) -> No
         + " ".join(f"{d:.2f}" for d in real_decay)
         + ")"
     )
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -206,7 +206,7 @@ def attempt_seconds(record: TrialRecord) -> float | None:
 
 
 def lost_attempt_seconds(
-    record: TrialRecord, *, last_seen_ms: int | None, now_ms: int, timeout_s: float
+    record: TrialRecord, last_seen_ms: int | None, now_ms: int, timeout_s: float
 ) -> float | None:
     """The node time of an attempt lost with its driver, to record when a resumed driver closes
     it (None: its run's own times stand).
@@ -217,9 +217,12 @@ def lost_attempt_seconds(
     driver lives), not until the resume, which may come hours later. Without any sign of life
     it counts nothing. A closed attempt is left alone unless its run's end is more than
     `timeout_s` (the trial timeout) past its last sign of life: longer than any attempt could
-    have gone unseen.
+    have gone unseen. With `last_seen_ms` None the answer is None only for attempts that no
+    sign of life could make lost (so a caller can skip reading their runs).
     """
-    if record.elapsed_s is not None or not record.start_time:
+    if record.status not in ("RUNNING", "KILLED") or record.elapsed_s is not None:
+        return None
+    if not record.start_time:
         return None
     seen = max(record.start_time, last_seen_ms or record.start_time)
     if record.status != "RUNNING":

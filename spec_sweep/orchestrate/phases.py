@@ -438,23 +438,15 @@ def close_lost_attempts(tracker: Tracker, spec: SweepSpec, history: History) -> 
     the same way any attempt an earlier resume closed at its own start
     (`loads.lost_attempt_seconds`): a lost attempt held the node until it was lost, not until
     the next driver came."""
-    now_ms = int(time.time() * 1000)
-    timeout_s = spec.budget.trial_timeout_s
+    now_ms, timeout_s = int(time.time() * 1000), spec.budget.trial_timeout_s
     for record in history.records:
-        if record.status not in ("RUNNING", "KILLED") or record.elapsed_s is not None:
-            continue
-        if record.status == "KILLED" and (
-            record.end_time is None or record.end_time - record.start_time <= timeout_s * 1000.0
-        ):
-            continue  # closed in time: its run's own times stand
-        elapsed = lost_attempt_seconds(
-            record,
-            last_seen_ms=tracker.last_logged_ms(record.run_id),
-            now_ms=now_ms,
-            timeout_s=timeout_s,
-        )
+        running = record.status == "RUNNING"  # closed whatever its time
+        if not running and lost_attempt_seconds(record, None, now_ms, timeout_s) is None:
+            continue  # finished, or closed in time: its run's own times stand (no store read)
+        seen = tracker.last_logged_ms(record.run_id)
+        elapsed = lost_attempt_seconds(record, seen, now_ms, timeout_s)
         tags = kill_tags(_LOST_REASON, elapsed_s=elapsed) if elapsed is not None else None
-        if record.status == "RUNNING":
+        if running:
             tracker.kill_run(record.run_id, tags=tags)
         elif tags is not None:
             tracker.set_tags(record.run_id, tags)
