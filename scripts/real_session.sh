@@ -14,6 +14,9 @@
 # There, from the repository root, every call the same command, each carrying the next folder
 # (`carry: [".bundle-xfer/01"]`, then `.bundle-xfer/02`, ...), then calls that carry nothing:
 #   bash scripts/real_session.sh auto [--wait SECONDS] [--jobs "JOB ..."]
+# A previous session's compile caches, if its last `collect` brought compile-cache.* back: copy
+# them into .compile-cache/ here and carry that folder with the first part
+# (`carry: [".bundle-xfer/01", ".compile-cache"]`); its first boot then starts warm.
 # (`--jobs` replaces the runner's job list from its next job on, e.g. to drop one when short of
 # time; jobs already done stay done.)
 #
@@ -482,6 +485,8 @@ cmd_status() {
   local cur; cur="$(cat "$SS/runs/current" 2>/dev/null)"
   [ -n "$cur" ] && [ -f "$SS/runs/$cur.log" ] && tail -4 "$SS/runs/$cur.log" | sed 's/^/    /'
   nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null | sed 's/^/  GPU /'
+  # the pinned compile caches' size (could they travel to the next session, in $OUT's 8 x 16 MiB?)
+  du -sh "$HOME/.cache/spec_sweep/compile"/* 2>/dev/null | sed 's/^/  compile cache /'
 }
 
 cmd_collect() {
@@ -495,7 +500,37 @@ cmd_collect() {
   else  # at most 6 more files of 15 MiB
     split -b 15M -d -a 1 "$tarball" "$OUT/real-$tag.tar.xz.part-"
   fi
+  collect_compile_cache
   log "collect: $(du -h "$tarball" | cut -f1) -> \$OUT ($(ls "$OUT" | tr '\n' ' '))"
+}
+
+# The pinned compile caches travel between sessions (a session's first boot otherwise spends
+# ~72 s capturing its graphs cold): `collect` brings them back as compile-cache.tar.xz parts
+# (packed again only when the folder changed); land them here in .compile-cache/ and carry that
+# folder beside .bundle-xfer/01; `auto` unpacks it before the runner starts.
+CC_DIR="$HOME/.cache/spec_sweep/compile"
+collect_compile_cache() {
+  [ -d "$CC_DIR" ] || return 0
+  local sig; sig="$(find "$CC_DIR" -type f -printf '%s %p\n' 2>/dev/null | sort | md5sum | cut -c1-32)"
+  if [ "$sig" != "$(cat "$SS/cc/sig" 2>/dev/null)" ]; then
+    rm -rf "$SS/cc" && mkdir -p "$SS/cc"
+    tar -C "$CC_DIR" -cf - . | xz -3 -T0 | split -b 15M -d -a 1 - "$SS/cc/compile-cache.tar.xz.part-"
+    (cd "$SS/cc" && sha256sum compile-cache.tar.xz.part-* >compile-cache.sha256)
+    echo "$sig" >"$SS/cc/sig"
+  fi
+  [ "$(ls "$SS/cc"/compile-cache.tar.xz.part-* | wc -l)" -le 4 ] || { log "compile cache: over 4 parts, not collected"; return 0; }
+  cp "$SS/cc"/compile-cache.tar.xz.part-* "$SS/cc/compile-cache.sha256" "$OUT/"
+}
+
+restore_compile_cache() {
+  local src="$REPO/.compile-cache"
+  [ -f "$src/compile-cache.sha256" ] && [ ! -d "$CC_DIR" ] || return 0
+  if (cd "$src" && sha256sum -c --quiet compile-cache.sha256); then
+    mkdir -p "$CC_DIR" && cat "$src"/compile-cache.tar.xz.part-* | xz -d | tar -C "$CC_DIR" -xf - &&
+      log "compile cache: restored from .compile-cache ($(du -sh "$CC_DIR" | cut -f1))"
+  else
+    log "compile cache: carried parts do not check out; booting cold"
+  fi
 }
 
 cmd_land_table() {  # DIR [V]: a collected out/V/table -> benchmarks/real/table-V/state.tar.xz
@@ -520,6 +555,7 @@ cmd_auto() {
     esac
   done
   local t0=$SECONDS
+  restore_compile_cache
   cmd_parts
   if [ ! -f "$SS/parts/xfer.sha256" ]; then
     # A machine without any part is a fresh one (the last went back between two calls): waiting
