@@ -6,7 +6,9 @@ the real SmolLM2-135M checkpoint and its trained EAGLE-3 head; `spec-sweep expor
 one node whose answers nobody here modelled. This script reads it three ways:
 
 1. **The table**: rows, configurations, failures by mode, and the boot-to-boot spread of the
-   configurations booted more than once, per concurrency level (the table's noise). A grid
+   configurations booted more than once, per concurrency level (the table's noise), and for
+   each two-valued knob the pairs of boots that differ in it alone: how far apart they read and
+   which way (a knob with no effect shows the boots' own spread, even before any repeat). A grid
    search skips the trees SGLang rejects or rewrites into one that ran (`tree_rules`), so the
    table lacks them; they are filled in by SGLang's rules: a rejected tree as the `crash` the
    real (1, 4, 8) boot was, a rewritten one as the row of what runs. Configurations of the grid
@@ -152,6 +154,52 @@ def repeat_spread(path: Path, spec: SweepSpec, metrics: Sequence[str]) -> dict[s
     return out
 
 
+@dataclass
+class KnobPairs:
+    """Boots that differ in one knob only: how far apart they read, and which way."""
+
+    knob: str
+    low: str
+    high: str
+    ratios: list[float]  # per pair: the high value's reading over the low one's
+
+    def line(self, metric: str) -> str:
+        apart = statistics.median(max(r, 1 / r) for r in self.ratios)
+        higher = sum(r > 1 for r in self.ratios)
+        return (
+            f"  {metric}: {len(self.ratios)} pairs differing only in {self.knob} "
+            f"({self.low} vs {self.high}): median {apart:.2f}x apart, {self.high} the higher "
+            f"in {higher}"
+        )
+
+
+def knob_pairs(path: Path, spec: SweepSpec, metric: str) -> list[KnobPairs]:
+    """Per two-valued knob: the pairs of first boots that differ in it alone. A knob whose pairs
+    are far apart in both directions about equally often has no effect the table can see: their
+    spread is then the boots' own (a reading of the noise without repeat boots)."""
+    first: dict[tuple[str, ...], float] = {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        for raw in csv.DictReader(handle):
+            key = tuple(raw.get(k) or "" for k in spec.params)
+            if (raw.get("failure_mode") or "none") == "none" and raw.get(metric):
+                first.setdefault(key, float(raw[metric]))
+    names = list(spec.params)
+    out = []
+    for i, knob in enumerate(names):
+        choices = spec.params[knob].choices
+        if choices is None or len(choices) != 2:
+            continue
+        low, high = (str(c) for c in choices)
+        ratios = [
+            first[hi] / value
+            for key, value in first.items()
+            if key[i] == low and (hi := (*key[:i], high, *key[i + 1 :])) in first and value > 0
+        ]
+        if ratios:
+            out.append(KnobPairs(knob, low, high, ratios))
+    return out
+
+
 def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverage) -> list[str]:
     lines = [f"table {path}: {len(replay.rows)} configurations, {replay.duplicates} repeat boots"]
     modes = Counter(r.failure_mode.value for r in replay.rows.values())
@@ -169,6 +217,8 @@ def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverag
                 f"configurations: median {statistics.median(spreads):.1%}, "
                 f"max {max(spreads):.1%}"
             )
+    for metric in throughput:
+        lines.extend(pairs.line(metric) for pairs in knob_pairs(path, spec, metric))
     return lines
 
 

@@ -206,3 +206,23 @@ def test_the_simulators_acceptance_law_is_recovered_from_accept_lengths() -> Non
     # and a law it cannot follow (a width that helps nothing at depth 1) leaves an error
     measured[(1, 4, 4)] = measured[(1, 1, 2)]
     assert real_table.law_fit(measured).left_out[(1, 4, 4)] > measured[(1, 1, 2)] + 0.05
+
+
+def test_pairs_differing_in_one_knob_show_its_effect_and_not_the_repeats(
+    table: tuple[Path, object],
+) -> None:
+    path, spec = table
+    at_c1 = {p.knob: p for p in real_table.knob_pairs(path, spec, "output_throughput_c1")}
+    at_c32 = {p.knob: p for p in real_table.knob_pairs(path, spec, "output_throughput_c32")}
+    # the static fraction changes nothing in this table; the repeat boot (10% up) is not a pair
+    fraction = at_c1["mem-fraction-static"]
+    assert (fraction.low, fraction.high) == ("0.8", "0.9")
+    assert len(fraction.ratios) > 20
+    assert all(r == pytest.approx(1.0) for r in fraction.ratios)
+    # decode graphs to 32 against 16: four times as fast at c32 (eager beyond 16), equal at c1
+    assert all(r == pytest.approx(4.0) for r in at_c32["cuda-graph-max-bs-decode"].ratios)
+    assert all(r == pytest.approx(1.0) for r in at_c1["cuda-graph-max-bs-decode"].ratios)
+    line = at_c32["cuda-graph-max-bs-decode"].line("output_throughput_c32")
+    n = len(at_c32["cuda-graph-max-bs-decode"].ratios)
+    assert f"median 4.00x apart, 32 the higher in {n}" in line
+    assert "speculative-algorithm" not in at_c1  # three choices: not a pair knob
