@@ -581,8 +581,15 @@ class SpecGuide:
         # Score bounds first (the failure term only lowers a score), then launchable
         # configurations in bound order until no bound can beat the best score found.
         bounds: list[tuple[float, float, Config, Tree]] = []
+        # Before any tree has run, the ranking is the prior's alone, and the prior puts the
+        # widest trees first: on a node short of memory they fail on one set of knobs after
+        # another. The first trees are chains (the least memory per draft token; SGLang's own
+        # presets start from one); the measured ones then rank the rest.
+        trees = self._trees
+        if predictor.empty:
+            trees = [t for t in trees if t.topk == 1] or trees
         for system, weight in systems:
-            for tree in self._trees:
+            for tree in trees:
                 if weight < 1.0 and tree.runs_as in measured:
                     continue
                 predicted = self._predict(predictor, system, tree)

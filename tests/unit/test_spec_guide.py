@@ -391,3 +391,22 @@ def test_a_knob_step_that_turns_a_knob_on_comes_with_each_of_its_values(ep_spec:
     # the tree ranking's system neighbours stay one knob away
     neighbours = guide._system_neighbours(anchor)
     assert all(sum(1 for k in s if s[k] != anchor.get(k)) == 1 for s in neighbours)
+
+
+def test_before_any_tree_has_run_the_branch_proposes_chains(tested_spec: Any) -> None:
+    """The prior alone ranks the widest trees first; until a tree has been measured the branch
+    launches chains (a failed one leaves it where it was)."""
+    spec = tested_spec
+    guide = SpecGuide(spec, seed=0)
+    guide.observe(baseline_config(spec), value=100.0, metrics={})
+    seen = {config_key(t.config) for t in guide.trials}
+    for _ in range(2):
+        proposal = guide.propose(seen=seen)
+        assert proposal is not None
+        assert proposal[ALGO] == "EAGLE3"
+        assert proposal["speculative-eagle-topk"] == 1
+        seen.add(config_key(proposal))
+        guide.observe(proposal, value=None, metrics={"failure_mode": "oom"})
+    # once a tree has run, the fitted predictor ranks every tree again
+    guide.observe(_tree_config(spec, 3, 1, 4), value=150.0, metrics={"accept_length": 2.6})
+    assert not guide._predictor(baseline_config(spec)).empty
