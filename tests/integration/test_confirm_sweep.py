@@ -76,7 +76,7 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
 
     client = MlflowClient(uri)
     parent = client.get_run(outcome.parent_run_id)
-    assert parent.data.metrics["confirm_trials"] == 3
+    assert parent.data.metrics["confirm_trials"] == len(expected)  # 3 or 4: is t0000 a candidate?
     assert parent.data.metrics["winner_output_throughput"] == pytest.approx(winner.mean)
     assert parent.data.metrics["winner_output_throughput_ci_low"] == pytest.approx(winner.ci_low)
     assert parent.data.tags["spec_sweep.confirm_verdict"] == verdict.label
