@@ -123,6 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", metavar="FILE.csv", required=True)
     export.add_argument("--tracking-uri", metavar="URI")
     export.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
+    export.add_argument(
+        "--repeats",
+        action="store_true",
+        help="add the confirmation boots as rows after the search trials (the table's noise; "
+        "a replay reads each configuration's first row)",
+    )
     _add_common(export)
 
     ui = sub.add_parser("ui", help="MLflow UI on 127.0.0.1, opening on the latest sweep's trials")
@@ -423,11 +429,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from spec_sweep.store.sweeps import find_sweep
 
     tracker, parent, _ = find_sweep(spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir)
-    # One row per searched configuration: confirmation boots repeat configurations already there.
-    rows = export_rows(spec, History(spec, tracker.trials(parent)).done)
+    # One row per searched configuration, then (--repeats) one per confirmation boot: a replay
+    # reads a configuration's first row, so the repeats only add the boots' spread.
+    history = History(spec, tracker.trials(parent))
+    repeats = history.repeat_boots if args.repeats else []
+    rows = export_rows(spec, [*history.done, *repeats])
     path = Path(args.output)
     count = write_csv(path, export_columns(spec), rows)
-    print(f"wrote {count} trials of {spec.name} to {path} (replay with --replay {path})")
+    extra = f" and {len(repeats)} repeat boots" if args.repeats else ""
+    print(
+        f"wrote {count - len(repeats)} trials{extra} of {spec.name} to {path} "
+        f"(replay with --replay {path})"
+    )
     return EXIT_OK
 
 

@@ -64,6 +64,12 @@ class History:
         records = (r for tid, r in self.finished.items() if not is_repeat(tid))
         return sorted(records, key=lambda r: (r.start_time, r.trial_id))
 
+    @cached_property
+    def repeat_boots(self) -> list[TrialRecord]:
+        """One finished record per confirmation boot (`t0007.r1`), in the order they started."""
+        records = (r for tid, r in self.finished.items() if is_repeat(tid))
+        return sorted(records, key=lambda r: (r.start_time, r.trial_id))
+
     @property
     def running(self) -> list[TrialRecord]:
         """Attempts the store still holds as RUNNING."""

@@ -26,6 +26,7 @@ sampler ignores (docs/design.md, "Failure modes").
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -125,6 +126,15 @@ class SweepSearcher:
         self._gates = sampling.gate_params(spec) if failure_aware else frozenset()
         # A grid search applies SGLang's tree rules too (`_launchable`), without the guide's models.
         self._grid = spec.searcher.kind == "grid"
+        # Optuna's grid draws its points at random, each once per study; a resumed study does
+        # not know which were drawn before, and most points may repeat a measured configuration
+        # (inactive values, trees SGLang rejects or rewrites): a grid asks until every point was
+        # drawn, not a fixed number of times.
+        self._max_repeats = (
+            max(_MAX_REPEATS, math.prod(len(p.values()) for p in spec.params.values()) + 1)
+            if self._grid
+            else _MAX_REPEATS
+        )
         self._turn = 0  # the guide's proposals take turns with TPE's
         # What earlier trials' logs said about GPU memory (`core.memory`): the pre-launch check.
         self._memory: list[Observation] = observations(history)
@@ -217,7 +227,7 @@ class SweepSearcher:
         """The sampler's proposal, asked again while it repeats what ran (a local step or a
         random draw after `_MODEL_REPEATS`); None (and `exhausted`) when nothing new is left."""
         repeated: Config | None = None
-        for attempt in range(_MAX_REPEATS):
+        for attempt in range(self._max_repeats):
             if attempt >= _MODEL_REPEATS and repeated is not None and not self._grid:
                 step = self._local_step(repeated)
                 if step is not None:

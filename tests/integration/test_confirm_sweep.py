@@ -7,6 +7,7 @@ confirmation budget, drift) lands on the parent run (docs/design.md, "Confirmati
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import harness
@@ -120,6 +121,14 @@ def test_confirmation_boots_are_child_runs_and_decide_the_winner(project_dir: Pa
     assert main(["export", str(spec_file), "-o", str(exported), "--tracking-uri", uri,
                  "--state-dir", str(project_dir / ".spec_sweep")]) == 0  # fmt: skip
     assert len(exported.read_text().strip().splitlines()) == 1 + 3
+    # With --repeats the confirmation boots follow, oldest first; a replay reads the first rows.
+    assert main(["export", str(spec_file), "-o", str(exported), "--tracking-uri", uri,
+                 "--state-dir", str(project_dir / ".spec_sweep"), "--repeats"]) == 0  # fmt: skip
+    with exported.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 3 + len(expected)
+    boots = [float(row["output_throughput"]) for row in rows[3:]]
+    assert boots == [repeats[t].data.metrics["output_throughput"] for t in order]
 
 
 def test_max_hours_bounds_the_whole_run_not_each_batch(project_dir: Path) -> None:

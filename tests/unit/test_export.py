@@ -11,7 +11,7 @@ from spec_sweep.core.history import History
 from spec_sweep.core.names import BOOT_METRICS
 from spec_sweep.spec import parse_value
 from spec_sweep.spec_metrics import metric_names
-from spec_sweep.store.replay import export_columns, export_rows
+from spec_sweep.store.replay import export_columns, export_rows, load_replay, write_csv
 
 
 def test_export_columns(tmp_path: Path) -> None:
@@ -80,3 +80,27 @@ def test_export_rows_keep_full_precision(tmp_path: Path) -> None:
         History(spec, [make_record("t0000", PLAIN, metrics={"output_throughput": value})]).done,
     )
     assert float(rows[0]["output_throughput"]) == value
+
+
+def test_repeat_boots_follow_the_search_rows_and_replay_reads_the_first(tmp_path: Path) -> None:
+    """`export --repeats`: confirmation boots as rows after the search trials; a replay of the
+    table reads each configuration's first row and counts the repeats."""
+    spec = report_spec(tmp_path)
+    records = [
+        *pcie_sweep(),
+        make_record(
+            "t0001.r1", {**PLAIN, "cuda-graph-max-bs": 128}, metrics={"output_throughput": 70.0}
+        ),
+        make_record("t0000.r1", PLAIN, metrics={"output_throughput": 85.0}),
+    ]
+    history = History(spec, records)
+    assert [r.trial_id for r in history.repeat_boots] == ["t0001.r1", "t0000.r1"]
+    rows = export_rows(spec, [*history.done, *history.repeat_boots])
+    assert [row["output_throughput"] for row in rows[-2:]] == ["70.0", "85.0"]
+    path = tmp_path / "table.csv"
+    write_csv(path, export_columns(spec), rows)
+    table = load_replay(path, spec)
+    assert table.duplicates == 2
+    assert len(table.rows) == len(history.done)
+    first = [r for r in table.rows.values() if r.config == normalize_config(spec, PLAIN)]
+    assert first[0].metrics["output_throughput"] == 80.0  # the search trial's, not the repeat's

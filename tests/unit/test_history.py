@@ -54,6 +54,7 @@ def test_search_trials_and_repeats_apart(tmp_path: Path) -> None:
     assert history.best_metrics() == {"best_output_throughput": 90.0}
     assert history.repeats_of("t0001") == [1]
     assert history.next_repeat("t0001") == 2
+    assert [r.trial_id for r in history.repeat_boots] == ["t0001.r1"]
 
 
 def test_the_first_finished_attempt_counts_and_attempts_are_counted(tmp_path: Path) -> None:

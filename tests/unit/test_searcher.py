@@ -3,6 +3,7 @@ the record (a resumed sweep) or reported by Ray Tune as it ends."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,53 @@ def test_a_grid_skips_the_trees_sglang_rejects_or_rewrites_into_one_that_ran(
         ran.append(config_key(normalize_config(spec, check.config)))
         searcher.complete(f"k{i}", TrialReport(proposal.trial_id, FailureMode.NONE, {"x": 1.0}))
     assert len(ran) == len(set(ran)) == 68
+
+
+def test_a_resumed_grid_search_proposes_every_point_it_has_left(tmp_path: Path) -> None:
+    """The real table's grid resumed with all but two of its launchable points measured: the
+    grid search proposes both before it calls itself exhausted. (Resumed, the study no longer
+    knows which raw grid points were drawn, and most of the 288 it draws from are repeats or
+    trees SGLang rejects: with a fixed number of draws the real table's resume at 66 ended its
+    grid with two points never booted.)"""
+    from spec_sweep.core.config import config_key, normalize_config
+    from spec_sweep.core.ids import trial_name
+    from spec_sweep.search.tree_rules import check_tree
+    from spec_sweep.spec_load import load_spec
+
+    spec = load_spec(ROOT / "sweeps" / "real_table_smollm2.yaml")
+    launchable: dict[str, dict[str, Any]] = {}
+    values = [param.values() for param in spec.params.values()]
+    for combo in itertools.product(*values):
+        config = normalize_config(spec, dict(zip(spec.params, combo, strict=True)))
+        check = check_tree(
+            config, server_args=spec.node.server_args, version=spec.node.sglang_version
+        )
+        if check.runs:
+            launchable.setdefault(config_key(normalize_config(spec, check.config)), config)
+    assert len(launchable) == 68
+    eagle = {"speculative-algorithm": "EAGLE3"}
+    missing = [
+        {**eagle, "speculative-num-steps": 3, "speculative-eagle-topk": 4,
+         "speculative-num-draft-tokens": 8, "cuda-graph-max-bs-decode": 16,
+         "mem-fraction-static": 0.8},
+        {**eagle, "speculative-num-steps": 5, "speculative-eagle-topk": 2,
+         "speculative-num-draft-tokens": 8, "cuda-graph-max-bs-decode": 32,
+         "mem-fraction-static": 0.9},
+    ]  # fmt: skip
+    left = {config_key(normalize_config(spec, c)) for c in missing}
+    assert left <= set(launchable)
+    history = [
+        rec(trial_name(i), config, 500.0, metric="output_throughput_c1")
+        for i, (key, config) in enumerate(sorted(launchable.items()))
+        if key not in left
+    ]
+    searcher = SweepSearcher(spec, history=history, requeue=[], next_index=len(history))
+    proposed = set()
+    for n in range(3):
+        proposal = searcher.suggest(f"slot{n}")
+        if proposal is None:
+            break
+        proposed.add(config_key(proposal.config))
+        searcher.complete(f"slot{n}", {"output_throughput_c1": 500.0})
+    assert proposed == left
+    assert searcher.exhausted
