@@ -244,6 +244,23 @@ class Reading:
         return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
 
 
+def within_noise(spec: SweepSpec, replay: ReplayTable, best: float, spread: float) -> str:
+    """How many measured configurations (rows of `replay`, at `spec`'s objective) one boot
+    cannot tell from the optimum `best`: their first reading within the table's median
+    boot-to-boot `spread` of it. A search that reaches any of them has found the optimum as
+    far as single boots can say."""
+    values = [
+        v
+        for row in replay.rows.values()
+        if (v := se._value(spec, row.failure_mode, row.metrics)) is not None
+    ]
+    near = sum(1 for v in values if v * (1.0 + spread) >= best)
+    return (
+        f"within the median boot spread ({spread:.1%}) of the optimum: {near} of the "
+        f"{len(values)} measured configurations"
+    )
+
+
 def with_objective(spec: SweepSpec, metric: str) -> SweepSpec:
     return spec.model_copy(
         update={"objective": spec.objective.model_copy(update={"metric": metric})}
@@ -584,6 +601,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"\nsearch efficiency, objective {metric} (optimum {tab.best:,.1f}: "
             f"{sim_grid._short(tab.best_config)})"
         )
+        spreads = repeat_spread(args.table, spec, [metric])[metric]
+        if spreads:
+            print("  " + within_noise(leveled, replay, tab.best, statistics.median(spreads)))
         print(f"  {'strategy':<44} " + " ".join(f"{'@' + str(b):>15}" for b in args.budgets))
         labels = list(dict.fromkeys(r.label for r in readings))
         for label in labels:

@@ -591,7 +591,8 @@ def run_plain_tpe(table: Table, *, seed: int, budget: int) -> Run:
     """Optuna's TPESampler as a user would set it up: defaults, failures as constraints.
 
     Every proposal is launched (a repeat costs a trial, as it would), a failed trial is told as
-    COMPLETE with value 0 and a violated constraint (`constraints_func`), so TPE sees it.
+    COMPLETE with value 0 and a violated constraint (`Trial.set_constraint`, Optuna 5's way;
+    `constraints_func` is deprecated there), so TPE sees it.
     """
     import optuna
 
@@ -599,9 +600,7 @@ def run_plain_tpe(table: Table, *, seed: int, budget: int) -> Run:
 
     spec = table.spec
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(
-        seed=seed, constraints_func=lambda t: (t.user_attrs.get("failed", 0.0),)
-    )
+    sampler = optuna.samplers.TPESampler(seed=seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     study.enqueue_trial(baseline_config(spec))
     space = SearchSpace(spec.params)
@@ -613,7 +612,7 @@ def run_plain_tpe(table: Table, *, seed: int, budget: int) -> Run:
         config = space.sample(trial)
         mode, metrics = _trial(table, config)
         value = _value(spec, mode, metrics)
-        trial.set_user_attr("failed", 0.0 if value is not None else 1.0)
+        trial.set_constraint("failed", 0.0 if value is not None else 1.0)
         study.tell(trial, value if value is not None else 0.0)
         run.failed.append(mode is not FailureMode.NONE)
         if value is not None and (best is None or value > best):

@@ -135,6 +135,16 @@ def test_efficiency_and_the_diagnosis_read_the_table(table: tuple[Path, object])
     assert {r.label for r in readings} >= {"random search", "auto_benchmark tier 2 plan"}
     assert all(0 < x <= 1.0 + 1e-9 for r in readings for x in r.ratios)
     assert len(below) == 2
+    # one boot cannot tell apart what reads within the boots' spread of the optimum
+    leveled = real_table.with_objective(spec, "output_throughput_c1")
+    replay = load_replay(path, spec)
+    firsts = [r.metrics["output_throughput_c1"] for r in replay.rows.values() if r.metrics]
+    assert tab.best == max(firsts)
+    for spread in (0.0, 0.1, 10.0):
+        near = sum(1 for v in firsts if v >= tab.best / (1 + spread))
+        line = real_table.within_noise(leveled, replay, tab.best, spread)
+        assert f": {near} of the {len(firsts)} measured configurations" in line
+    assert ": 68 of the 68 " in real_table.within_noise(leveled, replay, tab.best, 10.0)
     agree, total, notes = real_table.diagnosis_agreement(spec, load_replay(path, spec), level=1)
     assert total > 0
     assert agree == total, notes
@@ -150,6 +160,7 @@ def test_the_command_prints_every_part(
     out = capsys.readouterr().out
     assert "68 measured, 24 rejected and 16 rewritten" in out
     assert "boot-to-boot spread" in out
+    assert "within the median boot spread (9.5%) of the optimum: " in out
     assert "search efficiency, objective output_throughput_c1" in out
     assert "speculative model fitted on" in out
     assert "break-even diagnosis agrees with the measured verdict on 64/64" in out  # measured
