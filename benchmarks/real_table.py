@@ -135,20 +135,29 @@ def complete(spec: SweepSpec, replay: ReplayTable) -> tuple[ReplayTable, Coverag
     return ReplayTable(replay.path, rows, replay.duplicates), coverage
 
 
-def repeat_spread(path: Path, spec: SweepSpec, metrics: Sequence[str]) -> dict[str, list[float]]:
-    """Per metric: (max - min) / mean over the boots of each configuration booted twice or more."""
-    groups: dict[tuple[str, ...], list[dict[str, str]]] = defaultdict(list)
+#: The measured boots of each configuration (its parameter cells), the first boot first.
+Boots = dict[tuple[str, ...], list[dict[str, str]]]
+
+
+def read_boots(path: Path, spec: SweepSpec) -> Boots:
+    """The table's measured rows grouped by configuration, in table order (the search's row of
+    a configuration, then its repeat boots, as `spec-sweep export --repeats` writes them)."""
+    groups: Boots = defaultdict(list)
     with path.open(newline="", encoding="utf-8") as handle:
         for raw in csv.DictReader(handle):
-            if (raw.get("failure_mode") or "none") != "none":
-                continue
-            groups[tuple(raw.get(k) or "" for k in spec.params)].append(raw)
+            if (raw.get("failure_mode") or "none") == "none":
+                groups[tuple(raw.get(k) or "" for k in spec.params)].append(raw)
+    return dict(groups)
+
+
+def repeat_spread(boots: Boots, metrics: Sequence[str]) -> dict[str, list[float]]:
+    """Per metric: (max - min) / mean over the boots of each configuration booted twice or more."""
     out: dict[str, list[float]] = {m: [] for m in metrics}
-    for boots in groups.values():
-        if len(boots) < 2:
+    for rows in boots.values():
+        if len(rows) < 2:
             continue
         for metric in metrics:
-            values = [float(b[metric]) for b in boots if b.get(metric)]
+            values = [float(b[metric]) for b in rows if b.get(metric)]
             if len(values) >= 2 and statistics.mean(values) > 0:
                 out[metric].append((max(values) - min(values)) / statistics.mean(values))
     return out
@@ -173,16 +182,11 @@ class KnobPairs:
         )
 
 
-def knob_pairs(path: Path, spec: SweepSpec, metric: str) -> list[KnobPairs]:
+def knob_pairs(boots: Boots, spec: SweepSpec, metric: str) -> list[KnobPairs]:
     """Per two-valued knob: the pairs of first boots that differ in it alone. A knob whose pairs
     are far apart in both directions about equally often has no effect the table can see: their
     spread is then the boots' own (a reading of the noise without repeat boots)."""
-    first: dict[tuple[str, ...], float] = {}
-    with path.open(newline="", encoding="utf-8") as handle:
-        for raw in csv.DictReader(handle):
-            key = tuple(raw.get(k) or "" for k in spec.params)
-            if (raw.get("failure_mode") or "none") == "none" and raw.get(metric):
-                first.setdefault(key, float(raw[metric]))
+    first = {key: float(rows[0][metric]) for key, rows in boots.items() if rows[0].get(metric)}
     names = list(spec.params)
     out = []
     for i, knob in enumerate(names):
@@ -210,7 +214,8 @@ def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverag
         f"rules, {len(coverage.missing)} missing"
     )
     throughput = [at_level("output_throughput", c) for c in spec.workload.concurrency]
-    for metric, spreads in repeat_spread(path, spec, throughput).items():
+    boots = read_boots(path, spec)
+    for metric, spreads in repeat_spread(boots, throughput).items():
         if spreads:
             lines.append(
                 f"  {metric}: boot-to-boot spread (max-min)/mean over {len(spreads)} "
@@ -218,7 +223,7 @@ def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverag
                 f"max {max(spreads):.1%}"
             )
     for metric in throughput:
-        lines.extend(pairs.line(metric) for pairs in knob_pairs(path, spec, metric))
+        lines.extend(pairs.line(metric) for pairs in knob_pairs(boots, spec, metric))
     return lines
 
 
@@ -573,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = load_spec(args.spec)
     replay = load_replay(args.table, spec)
     table, coverage = complete(spec, replay)
+    boots = read_boots(args.table, spec)
     for line in describe(args.table, spec, replay, coverage):
         print(line)
     partial = bool(coverage.missing)
@@ -601,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"\nsearch efficiency, objective {metric} (optimum {tab.best:,.1f}: "
             f"{sim_grid._short(tab.best_config)})"
         )
-        spreads = repeat_spread(args.table, spec, [metric])[metric]
+        spreads = repeat_spread(boots, [metric])[metric]
         if spreads:
             print("  " + within_noise(leveled, replay, tab.best, statistics.median(spreads)))
         print(f"  {'strategy':<44} " + " ".join(f"{'@' + str(b):>15}" for b in args.budgets))

@@ -105,7 +105,7 @@ def test_the_grid_is_completed_by_sglangs_rules(table: tuple[Path, object]) -> N
     assert (coverage.measured, coverage.rejected, coverage.rewritten) == (68, 24, 16)
     assert coverage.missing == []
     assert len(completed.rows) == sim_grid.grid_size(spec) == 108
-    spread = real_table.repeat_spread(path, spec, ["output_throughput_c1"])
+    spread = real_table.repeat_spread(real_table.read_boots(path, spec), ["output_throughput_c1"])
     assert spread["output_throughput_c1"] == [pytest.approx(0.1 / 1.05)]
 
 
@@ -223,8 +223,9 @@ def test_pairs_differing_in_one_knob_show_its_effect_and_not_the_repeats(
     table: tuple[Path, object],
 ) -> None:
     path, spec = table
-    at_c1 = {p.knob: p for p in real_table.knob_pairs(path, spec, "output_throughput_c1")}
-    at_c32 = {p.knob: p for p in real_table.knob_pairs(path, spec, "output_throughput_c32")}
+    boots = real_table.read_boots(path, spec)
+    at_c1 = {p.knob: p for p in real_table.knob_pairs(boots, spec, "output_throughput_c1")}
+    at_c32 = {p.knob: p for p in real_table.knob_pairs(boots, spec, "output_throughput_c32")}
     # the static fraction changes nothing in this table; the repeat boot (10% up) is not a pair
     fraction = at_c1["mem-fraction-static"]
     assert (fraction.low, fraction.high) == ("0.8", "0.9")
