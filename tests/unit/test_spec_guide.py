@@ -410,3 +410,75 @@ def test_before_any_tree_has_run_the_branch_proposes_chains(tested_spec: Any) ->
     # once a tree has run, the fitted predictor ranks every tree again
     guide.observe(_tree_config(spec, 3, 1, 4), value=150.0, metrics={"accept_length": 2.6})
     assert not guide._predictor(baseline_config(spec)).empty
+
+
+NEAR_SPACE = """\
+name: near
+node:
+  model: /m/target
+  gpus: 8
+  sglang_version: "0.5.23"
+search_space:
+  params:
+    cuda-graph-max-bs-decode: {choices: [16, 64, 256], default: 64}
+    mem-fraction-static: {choices: [0.7, 0.78, 0.82, 0.88], default: 0.78}
+    disable-custom-all-reduce: {choices: [false, true], default: false}
+baseline: {}
+budget: {trials: 40}
+"""
+
+
+def test_a_near_tie_learnt_away_from_the_best_is_stepped_to_as_no_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the best trial (graph size 256), the static fraction 0.7, which lost 5% at graph size
+    64 and which no trial near the best had, is predicted as no loss: it goes ahead of 0.82 and
+    of the custom all-reduce switch, which a trial within 2% of the best had and which the model
+    puts 2% and 3% below. A predicted loss over 10% (0.88) stays a loss."""
+    from spec_sweep.search.knobs import Effects
+
+    spec = _spec_from(tmp_path, "near", NEAR_SPACE)
+    effects = Effects(
+        effects={
+            ("cuda-graph-max-bs-decode", "16"): -0.3,
+            ("cuda-graph-max-bs-decode", "256"): 0.2,
+            ("mem-fraction-static", "0.7"): -0.05,
+            ("mem-fraction-static", "0.82"): -0.02,
+            ("mem-fraction-static", "0.88"): -0.3,
+            ("disable-custom-all-reduce", "True"): -0.03,
+        }
+    )
+
+    def step() -> Any:
+        guide = SpecGuide(spec, seed=0)
+        for values, value in [
+            ({}, 100.0),
+            ({"cuda_graph_max_bs_decode": 16}, 60.0),
+            ({"cuda_graph_max_bs_decode": 256}, 120.0),
+            ({"mem_fraction_static": 0.7}, 95.0),
+            ({"mem_fraction_static": 0.88}, 70.0),
+            (
+                {
+                    "cuda_graph_max_bs_decode": 256,
+                    "mem_fraction_static": 0.82,
+                    "disable_custom_all_reduce": True,
+                },
+                118.5,
+            ),
+        ]:
+            guide.observe(_knobs(spec, **values), value=value, metrics={})
+        assert guide.knobs_check.trusted
+        best = guide._best()
+        assert best is not None
+        assert guide._untried_near_best(best) == {
+            ("cuda-graph-max-bs-decode", "16"),
+            ("cuda-graph-max-bs-decode", "64"),
+            ("mem-fraction-static", "0.7"),
+            ("mem-fraction-static", "0.88"),
+        }
+        monkeypatch.setattr(guide, "_effects", lambda: effects)  # the model, fixed
+        return guide.exploit(seen={config_key(t.config) for t in guide.trials})
+
+    assert step() == _knobs(spec, cuda_graph_max_bs_decode=256, mem_fraction_static=0.7)
+    monkeypatch.setattr("spec_sweep.search.spec_guide._NEAR_TIE", 1.0)  # no near-tie rule
+    assert step() == _knobs(spec, cuda_graph_max_bs_decode=256, mem_fraction_static=0.82)
