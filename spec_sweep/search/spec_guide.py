@@ -361,9 +361,9 @@ class SpecGuide:
             (key, repr(value))
             for t in self.trials
             if t.ok
-            and t.value
-            and best.value
-            and self._sign * math.log(t.value / best.value) >= math.log(_CLOSE)
+            and (t.value or 0.0) > 0.0
+            and (best.value or 0.0) > 0.0
+            and self._sign * math.log((t.value or 1.0) / (best.value or 1.0)) >= math.log(_CLOSE)
             for key, value in t.config.items()
         }
         return {
