@@ -204,7 +204,9 @@ def knob_pairs(boots: Boots, spec: SweepSpec, metric: str) -> list[KnobPairs]:
     return out
 
 
-def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverage) -> list[str]:
+def describe(
+    path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverage, boots: Boots
+) -> list[str]:
     lines = [f"table {path}: {len(replay.rows)} configurations, {replay.duplicates} repeat boots"]
     modes = Counter(r.failure_mode.value for r in replay.rows.values())
     lines.append("  outcomes: " + ", ".join(f"{m} {n}" for m, n in modes.most_common()))
@@ -214,7 +216,6 @@ def describe(path: Path, spec: SweepSpec, replay: ReplayTable, coverage: Coverag
         f"rules, {len(coverage.missing)} missing"
     )
     throughput = [at_level("output_throughput", c) for c in spec.workload.concurrency]
-    boots = read_boots(path, spec)
     for metric, spreads in repeat_spread(boots, throughput).items():
         if spreads:
             lines.append(
@@ -579,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay = load_replay(args.table, spec)
     table, coverage = complete(spec, replay)
     boots = read_boots(args.table, spec)
-    for line in describe(args.table, spec, replay, coverage):
+    for line in describe(args.table, spec, replay, coverage, boots):
         print(line)
     partial = bool(coverage.missing)
     if partial:

@@ -130,8 +130,7 @@ def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
     assert parent.data.tags[names.TAG_ADAPTIVE_CONFIG] == build.text
     assert parent.data.tags[names.TAG_OVERALL] == answer.recommended
     assert parent.data.metrics[names.ADAPTIVE_MIX] == pytest.approx(answer.mix[0].mean)
-    state_root = project_dir / (".spec_sweep" if attempt == 1 else f".spec_sweep{attempt}")
-    state_file = state_root / spec.name / "adaptive-config.json"
+    state_file = _state_dir(project_dir, attempt) / spec.name / "adaptive-config.json"
     assert outcome.adaptive_file == state_file
     assert state_file.read_text().strip() == build.text
     buffer = io.StringIO()
@@ -234,7 +233,11 @@ def _crossover_sweep(project_dir: Path, attempt: int) -> tuple[Any, Any, str]:
     outcome = sweep(
         spec,
         backend=SimBackend(spec, grace_s=2.0),
-        state_dir=project_dir / (".spec_sweep" if attempt == 1 else f".spec_sweep{attempt}"),
+        state_dir=_state_dir(project_dir, attempt),
         tracking_uri=uri,
     )
     return outcome, spec, uri
+
+
+def _state_dir(project_dir: Path, attempt: int) -> Path:
+    return project_dir / (".spec_sweep" if attempt == 1 else f".spec_sweep{attempt}")
