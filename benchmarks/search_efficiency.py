@@ -24,6 +24,11 @@ families in one table, each strategy's rows side by side. One run per node swing
 random" counts by 3-4 nodes (one change of the search moved 45 of the 120 tuning nodes by more
 than 0.03): `--search-seeds 3` runs each seeded strategy three times per node (seeds node, +1000,
 +2000) and counts runs, the way to judge a change on the tuning sets.
+`--boot-noise SD` measures every boot of the family tables with a fresh factor exp(N(0, SD)) on
+the objective (the tables hold one fixed value per configuration; the real H200 table's boots of
+one configuration spread with a between-boot sd of about 20%), for every strategy and for
+random search's reference runs alike, and reads each run by the true value of the configuration
+it measured best, as its user would get it without confirmation boots.
 
 **The simulator grids** (`--family none --grids pcie h200`): the measurement below, on replay
 tables that hold
@@ -72,6 +77,7 @@ import itertools
 import json
 import logging
 import math
+import random
 import re
 import statistics
 import sys
@@ -80,7 +86,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +141,19 @@ class Table:
     failing: float
     near: int
     random_hit: float
+    #: Boot-to-boot noise (`--boot-noise`): the log-sd of a fresh factor on the objective per
+    #: trial, drawn from `rng`; 0: the table's values as they are.
+    boot_noise: float = 0.0
+    rng: random.Random | None = field(default=None, repr=False, compare=False)
+
+    def noisy(self, sd: float, seed: str) -> Table:
+        """This table with a fresh boot-noise stream (`sd` 0: itself)."""
+        return self if sd <= 0 else replace(self, boot_noise=sd, rng=random.Random(seed))
+
+    def true_value(self, config: Mapping[str, Any]) -> float | None:
+        """A configuration's objective as the table holds it (without boot noise)."""
+        row = self.replay.lookup(normalize_config(self.spec, config))
+        return None if row is None else _value(self.spec, row.failure_mode, row.metrics)
 
     def target_met(self, value: float | None) -> bool:
         """Whether a best-so-far value is within 2 % of the table's best."""
@@ -248,10 +267,30 @@ class Run:
 
 
 def _trial(table: Table, config: Mapping[str, Any]) -> tuple[FailureMode, dict[str, float]]:
+    """One boot of `config`: its row, the objective times a fresh boot factor when noisy."""
     row = table.replay.lookup(normalize_config(table.spec, config))
     if row is None:
         raise RuntimeError(f"{table.name}: configuration not in the grid: {dict(config)}")
-    return row.failure_mode, row.metrics
+    metric = table.spec.objective.metric
+    if table.rng is None or row.failure_mode is not FailureMode.NONE or metric not in row.metrics:
+        return row.failure_mode, row.metrics
+    factor = math.exp(table.rng.gauss(0.0, table.boot_noise))
+    return row.failure_mode, {**row.metrics, metric: row.metrics[metric] * factor}
+
+
+def judged(table: Table, run: Run) -> Run:
+    """`run` read as its user would end it on a noisy table: after each trial, the true value
+    of the configuration it measured best so far (what the search would report), not the
+    lucky measurement. Noise-free tables: `run` itself."""
+    if table.rng is None:
+        return run
+    best: float | None = None
+    out: list[float | None] = []
+    for config in run.configs:
+        if config is not None:
+            best = table.true_value(config)
+        out.append(best)
+    return replace(run, best=out)
 
 
 def run_searcher(
@@ -371,12 +410,13 @@ def run_auto_benchmark(table: Table, *, max_candidates: int | None, budget: int)
 
     def launch(flags: dict[str, Scalar]) -> None:
         nonlocal best, best_flags
-        mode, metrics = _trial(table, _resolve(spec, {**fixed, **flags}))
+        config = _resolve(spec, {**fixed, **flags})
+        mode, metrics = _trial(table, config)
         run.failed.append(mode is not FailureMode.NONE)
         value = _value(spec, mode, metrics)
         if value is not None and (best is None or sign * value > sign * best):
             best, best_flags = value, flags
-            run.configs.append(dict(flags))
+            run.configs.append(config)
         else:
             run.configs.append(None)
         run.best.append(best)
@@ -659,7 +699,7 @@ def _with_budget(table: Table, kind: str, aware: bool, seed: int, budget: int) -
     spec = table.spec.model_copy(
         update={"budget": table.spec.budget.model_copy(update={"trials": budget})}
     )
-    sized = Table(table.name, spec, table.replay, table.best, table.best_config, 0.0, 0, 0.0)
+    sized = replace(table, spec=spec, failing=0.0, near=0, random_hit=0.0)
     return run_searcher(sized, kind=kind, seed=seed, failure_aware=aware, cap=budget, budget=budget)
 
 
@@ -688,18 +728,23 @@ class FamilyCell:
 
 
 def random_medians(
-    tables: Sequence[Table], *, budgets: Sequence[int], seeds: int
+    tables: Sequence[Table], *, budgets: Sequence[int], seeds: int, boot_noise: float = 0.0
 ) -> dict[str, dict[int, float]]:
     """Per table and budget: the median best/optimum of random search over `seeds` runs.
 
     The runs' seeds (`1_000_000 + 100 * node seed + k`) are apart from the seed of every
     strategy's own run (the node's seed), so the reference is not the random row's own run.
+    With `boot_noise`, random search measures with the same noise and is judged the same way.
     """
     out: dict[str, dict[int, float]] = {}
     top = max(budgets)
     for table in tables:
         base = 1_000_000 + 100 * table_seed(table)
-        runs = [_with_budget(table, "random", True, base + k, top) for k in range(seeds)]
+        runs = [
+            judged(noisy, _with_budget(noisy, "random", True, base + k, top))
+            for k in range(seeds)
+            for noisy in [table.noisy(boot_noise, f"{table.name}/random/{base + k}")]
+        ]
         out[table.name] = {
             b: statistics.median((r.best_after(b) or 0.0) / table.best for r in runs)
             for b in budgets
@@ -719,6 +764,7 @@ def run_family(
     strategies: Sequence[str] | None = None,
     medians: Mapping[str, Mapping[int, float]] | None = None,
     search_seeds: int = 1,
+    boot_noise: float = 0.0,
 ) -> list[FamilyCell]:
     """Every strategy on every table, `search_seeds` runs per table and budget (seeds: the
     table's seed, then + 1000, + 2000, ...).
@@ -727,6 +773,8 @@ def run_family(
     also records which of its runs ended below that median. One run per node is what the
     issue's criterion reads; several show whether a change moved the search or the seed's luck
     (one change of the search moved 45 of the 120 tuning nodes by more than 0.03 at one run each).
+    With `boot_noise`, every boot's objective gets a fresh factor (`Table.noisy`) and a run is
+    judged by the true value of the configuration it measured best (`judged`).
     """
     cells = []
     for label, by_budget, go in _family_strategies():
@@ -741,9 +789,13 @@ def run_family(
         ]
         for table, seed in runs:
             spec_gain = _speculative_gain(table)
-            whole = None if by_budget else go(table, seed, max(budgets))
+            tag = f"{table.name}/{label}/{seed}"
+            top = max(budgets)
+            whole = None if by_budget else _noisy_run(go, table, seed, top, boot_noise, tag)
             for budget in budgets:
-                run = go(table, seed, budget) if whole is None else whole
+                run = (
+                    _noisy_run(go, table, seed, budget, boot_noise, tag) if whole is None else whole
+                )
                 best = run.best_after(budget) or 0.0
                 ratio = best / table.best
                 cell.ratios.setdefault(budget, []).append(ratio)
@@ -755,6 +807,14 @@ def run_family(
         cell.seconds = time.monotonic() - t0
         cells.append(cell)
     return cells
+
+
+def _noisy_run(
+    go: Callable[[Table, int, int], Run], table: Table, seed: int, budget: int, sd: float, tag: str
+) -> Run:
+    """One run of a strategy on `table` with boot noise `sd` (its own stream), judged."""
+    noisy = table.noisy(sd, f"{tag}/{budget}")
+    return judged(noisy, go(noisy, seed, budget))
 
 
 def _speculative_gain(table: Table) -> float:
@@ -926,7 +986,9 @@ def _families(args: argparse.Namespace) -> None:
         medians = None
         if args.random_seeds:
             t2 = time.monotonic()
-            medians = random_medians(family, budgets=args.budgets, seeds=args.random_seeds)
+            medians = random_medians(
+                family, budgets=args.budgets, seeds=args.random_seeds, boot_noise=args.boot_noise
+            )
             print(
                 f"family {name.upper()}: random search's median over {args.random_seeds} "
                 f"runs per node ({time.monotonic() - t2:.0f} s)",
@@ -938,6 +1000,7 @@ def _families(args: argparse.Namespace) -> None:
             strategies=args.only,
             medians=medians,
             search_seeds=args.search_seeds,
+            boot_noise=args.boot_noise,
         )
         label = f"family {name.upper()} ({module.__name__}.py), {args.family} set"
         print_family(
@@ -995,6 +1058,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "...); medians, deciles and 'below random' then count runs, not nodes (judge a change "
         "of the search on 3 or more)",
     )
+    parser.add_argument(
+        "--boot-noise",
+        type=float,
+        default=0.0,
+        metavar="SD",
+        help="family tables: each boot's objective times exp(N(0, SD)), fresh per trial, and a "
+        "run judged by the true value of the configuration it measured best (0.2: the real "
+        "H200 table's between-boot sd)",
+    )
     parser.add_argument("--only", nargs="+", help="only strategies whose label has these words")
     parser.add_argument(
         "--per-node",
@@ -1025,6 +1097,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.search_seeds > 1 and args.per_node:
         parser.error("--per-node reads one run per node: leave out --search-seeds")
+    if args.boot_noise < 0 or (args.boot_noise > 0 and args.family == "none"):
+        parser.error(
+            f"--boot-noise {args.boot_noise}: a log-sd >= 0, read by the family tables only "
+            "(leave it out with --family none)"
+        )
     logging.getLogger("ray").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     args.cache.mkdir(parents=True, exist_ok=True)
