@@ -254,6 +254,9 @@ class Run:
     best: list[float | None] = field(default_factory=list)  # best-so-far after each trial
     configs: list[Config | None] = field(default_factory=list)  # the new best, when one
     seconds: float = 0.0
+    tried: list[Config] = field(default_factory=list)  # per trial, in order
+    #: With boot noise (`judged`): after each trial, the best true value among those measured.
+    found: list[float | None] = field(default_factory=list)
 
     def best_after(self, limit: int) -> float | None:
         """Best objective value within the first `limit` trials (or all, if fewer ran)."""
@@ -290,7 +293,15 @@ def judged(table: Table, run: Run) -> Run:
         if config is not None:
             best = table.true_value(config)
         out.append(best)
-    return replace(run, best=out)
+    top: float | None = None
+    found: list[float | None] = []
+    sign = 1.0 if table.spec.objective.mode == "max" else -1.0
+    for config in run.tried:
+        value = table.true_value(config)
+        if value is not None and (top is None or sign * value > sign * top):
+            top = value
+        found.append(top)
+    return replace(run, best=out, found=found)
 
 
 def run_searcher(
@@ -320,6 +331,7 @@ def run_searcher(
         mode, metrics = _trial(table, config)
         searcher.complete(tune_id, {"failure_mode": mode.value, **metrics})
         run.failed.append(mode is not FailureMode.NONE)
+        run.tried.append(dict(config))
         value = _value(spec, mode, metrics)
         if value is not None and (best is None or sign * value > sign * best):
             best = value
@@ -413,6 +425,7 @@ def run_auto_benchmark(table: Table, *, max_candidates: int | None, budget: int)
         config = _resolve(spec, {**fixed, **flags})
         mode, metrics = _trial(table, config)
         run.failed.append(mode is not FailureMode.NONE)
+        run.tried.append(dict(config))
         value = _value(spec, mode, metrics)
         if value is not None and (best is None or sign * value > sign * best):
             best, best_flags = value, flags
@@ -655,6 +668,7 @@ def run_plain_tpe(table: Table, *, seed: int, budget: int) -> Run:
         trial.set_constraint("failed", 0.0 if value is not None else 1.0)
         study.tell(trial, value if value is not None else 0.0)
         run.failed.append(mode is not FailureMode.NONE)
+        run.tried.append(dict(config))
         if value is not None and (best is None or value > best):
             best = value
         run.best.append(best)
@@ -723,6 +737,9 @@ class FamilyCell:
     ratios: dict[int, list[float]] = field(default_factory=dict)
     failed: dict[int, list[float]] = field(default_factory=dict)
     below: dict[int, list[bool]] = field(default_factory=dict)  # under random's median there
+    #: With boot noise: the best true value the run measured, over the optimum (what
+    #: confirmation boots could at most recover), per budget.
+    found: dict[int, list[float]] = field(default_factory=dict)
     missed: int = 0  # runs at 40 whose best was non-speculative while speculation won >= 1.3x
     seconds: float = 0.0
 
@@ -800,6 +817,9 @@ def run_family(
                 ratio = best / table.best
                 cell.ratios.setdefault(budget, []).append(ratio)
                 cell.failed.setdefault(budget, []).append(run.failed_share(budget))
+                if run.found:
+                    top = run.found[: max(1, budget)][-1] or 0.0
+                    cell.found.setdefault(budget, []).append(top / table.best)
                 if medians is not None:
                     cell.below.setdefault(budget, []).append(ratio < medians[table.name][budget])
                 if budget == 40 and spec_gain >= 1.3 and _best_is_plain(run, budget):
@@ -861,6 +881,12 @@ def print_family(
             f"  {cell.label:<47} {parts} {failed:>9.0%} {shares} {cell.missed:>10} "
             f"{cell.seconds:>6.0f}"
         )
+        if cell.found:
+            measured = " ".join(
+                f"{statistics.median(cell.found[b]):>6.3f} / {_decile(cell.found[b]):<6.3f}"
+                for b in budgets
+            )
+            print(f"  {'  its best measured, true value':<47} {measured}")
     if markdown:
         print_family_markdown({name: cells})
 

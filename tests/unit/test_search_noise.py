@@ -66,8 +66,10 @@ def test_a_run_is_read_by_the_truth_of_what_it_measured_best(table: se.Table) ->
     first = baseline_config(noisy.spec)
     second = dict(noisy.best_config)
     run = se.Run(hit=None, best=[9e9, 9e9, 9e9], configs=[first, None, second])
-    read = se.judged(noisy, run).best
-    assert read == [noisy.true_value(first), noisy.true_value(first), noisy.best]
+    run.tried = [first, second, first]  # the optimum measured second, reported third
+    read = se.judged(noisy, run)
+    assert read.best == [noisy.true_value(first), noisy.true_value(first), noisy.best]
+    assert read.found == [noisy.true_value(first), noisy.best, noisy.best]
 
 
 def test_noisy_runs_never_read_above_the_optimum(table: se.Table) -> None:
@@ -77,5 +79,8 @@ def test_noisy_runs_never_read_above_the_optimum(table: se.Table) -> None:
     ratios = [r for cell in cells for values in cell.ratios.values() for r in values]
     assert len(ratios) == 12
     assert max(ratios) <= 1.0
+    found = [r for cell in cells for values in cell.found.values() for r in values]
+    assert len(found) == 12
+    assert all(a <= b <= 1.0 for a, b in zip(ratios, found, strict=True))
     noiseless = se.run_family([table], budgets=[10, 20], strategies=["random"], search_seeds=3)
     assert max(r for values in noiseless[0].ratios.values() for r in values) <= 1.0
