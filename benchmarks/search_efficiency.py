@@ -818,8 +818,8 @@ def run_family(
                 cell.ratios.setdefault(budget, []).append(ratio)
                 cell.failed.setdefault(budget, []).append(run.failed_share(budget))
                 if run.found:
-                    top = run.found[: max(1, budget)][-1] or 0.0
-                    cell.found.setdefault(budget, []).append(top / table.best)
+                    reached = run.found[: max(1, budget)][-1] or 0.0
+                    cell.found.setdefault(budget, []).append(reached / table.best)
                 if medians is not None:
                     cell.below.setdefault(budget, []).append(ratio < medians[table.name][budget])
                 if budget == 40 and spec_gain >= 1.3 and _best_is_plain(run, budget):
