@@ -406,3 +406,21 @@ def test_each_state_times_and_accepts_like_the_static_chain(h200: Profile) -> No
     assert perf.expected_accept_length(steps=0) == 1.0
     base = PerfModel(h200, plan_node(h200, _config("0.5.23", None)))
     assert base.decode_step_ms(32) < perf.spec_cycle_ms(32, 0) < base.decode_step_ms(32) + 5.0
+
+
+def test_the_h200_profile_has_the_crossover_the_adaptive_tests_build_on(h200: Profile) -> None:
+    """Per request: 3 steps fastest at 1, one step within 1% of the best at 32, seven a third
+    behind it there.
+
+    (What the simulated server's adaptive test relies on, from the model without wall time:
+    54.6 / 45.3 / 50.5 tok/s at 1 for 3 / 1 / 7 steps; 1,132 aggregate at 32 for one step, 1,141
+    for three, 825 for seven.)
+    """
+    perf = PerfModel(h200, _adaptive_plan(h200, "0.5.23", _eagle()))
+    at_1 = {s: perf.expected_decode_tok_s(1, steps=s) for s in (1, 3, 7)}
+    at_32 = {s: perf.expected_decode_tok_s(32, steps=s) for s in (1, 3, 7)}
+    assert max(at_1, key=at_1.__getitem__) == 3
+    assert at_1[3] > 1.05 * at_1[1]
+    assert at_1[7] > 1.05 * at_1[1]
+    assert at_32[1] > 0.99 * max(at_32.values())
+    assert at_32[1] > 1.2 * at_32[7]
