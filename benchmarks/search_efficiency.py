@@ -794,6 +794,7 @@ def run_family(
     judged by the true value of the configuration it measured best (`judged`).
     """
     cells = []
+    top = max(budgets)
     for label, by_budget, go in _family_strategies():
         if strategies is not None and not any(s in label for s in strategies):
             continue
@@ -807,7 +808,6 @@ def run_family(
         for table, seed in runs:
             spec_gain = _speculative_gain(table)
             tag = f"{table.name}/{label}/{seed}"
-            top = max(budgets)
             whole = None if by_budget else _noisy_run(go, table, seed, top, boot_noise, tag)
             for budget in budgets:
                 run = (
