@@ -742,6 +742,8 @@ class FamilyCell:
     found: dict[int, list[float]] = field(default_factory=dict)
     missed: int = 0  # runs at 40 whose best was non-speculative while speculation won >= 1.3x
     seconds: float = 0.0
+    #: Every run, for `--runs-out`: node, seed, budget, best/optimum and random's median there.
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def random_medians(
@@ -820,13 +822,68 @@ def run_family(
                 if run.found:
                     reached = run.found[: max(1, budget)][-1] or 0.0
                     cell.found.setdefault(budget, []).append(reached / table.best)
-                if medians is not None:
-                    cell.below.setdefault(budget, []).append(ratio < medians[table.name][budget])
+                median = medians[table.name][budget] if medians is not None else None
+                if median is not None:
+                    cell.below.setdefault(budget, []).append(ratio < median)
+                cell.runs.append(
+                    {"node": table.name, "seed": seed, "budget": budget, "ratio": ratio}
+                    | {"random": median}
+                )
                 if budget == 40 and spec_gain >= 1.3 and _best_is_plain(run, budget):
                     cell.missed += 1
         cell.seconds = time.monotonic() - t0
         cells.append(cell)
     return cells
+
+
+def _read_runs(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compare_runs(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Two `--runs-out` files read run for run: a change of the search judged by paired runs.
+
+    The runs are seeded, so the same (family, strategy, node, seed, budget) is the same node
+    searched from the same seed; per family and budget: the runs both files hold, the mean
+    change of best/optimum with its standard error, how many runs rose or fell by more than
+    0.005, and before -> after the median, the worst decile, the runs below random's median
+    and those within 1% of the optimum. A paired mean is far less noisy than counts of runs
+    below random's median, which a change's luck on two or three runs moves.
+    """
+    key = ("family", "strategy", "node", "seed", "budget")
+    old = {tuple(r[k] for k in key): r for r in before}
+    pairs: dict[tuple[str, str, int], list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = {}
+    for run in after:
+        match = old.get(tuple(run[k] for k in key))
+        if match is not None:
+            pairs.setdefault((run["family"], run["strategy"], run["budget"]), []).append(
+                (match, run)
+            )
+    lines = [
+        "family budget runs   mean change (se)  rose fell   median before/after  "
+        "p10 before/after  <random before/after  within 1% before/after"
+    ]
+    for (family, _, budget), rows in sorted(pairs.items()):
+        a = [r["ratio"] for r, _ in rows]
+        b = [r["ratio"] for _, r in rows]
+        diff = [y - x for x, y in zip(a, b, strict=True)]
+        se = statistics.stdev(diff) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
+
+        def below(side: Sequence[Mapping[str, Any]]) -> int:
+            return sum(1 for r in side if r["random"] is not None and r["ratio"] < r["random"])
+
+        olds, news = [r for r, _ in rows], [r for _, r in rows]
+        lines.append(
+            f"{family:>6} {budget:>6} {len(rows):>4} {statistics.fmean(diff):>+9.4f} ({se:.4f})"
+            f" {sum(d > 0.005 for d in diff):>5} {sum(d < -0.005 for d in diff):>4}"
+            f"   {statistics.median(a):.3f} / {statistics.median(b):.3f}"
+            f"      {_decile(a):.3f} / {_decile(b):.3f}"
+            f"   {below(olds):>8} / {below(news):<8}"
+            f"   {sum(x >= 0.99 for x in a):>9} / {sum(x >= 0.99 for x in b)}"
+        )
+    return lines
 
 
 def _noisy_run(
@@ -1038,6 +1095,12 @@ def _families(args: argparse.Namespace) -> None:
             print(f"family {name.upper()} {args.family}: {line}")
         print(f"family {name.upper()}: {time.monotonic() - t1:.0f} s", flush=True)
         results[f"{name.upper()}"] = cells
+        if args.runs_out is not None:
+            with args.runs_out.open("a") as out:
+                for cell in cells:
+                    for run in cell.runs:
+                        row = {"family": name.upper(), "strategy": cell.label} | run
+                        out.write(json.dumps(row) + "\n")
     if args.markdown:
         print_family_markdown(results)
     print(f"Total {time.monotonic() - t0:.0f} s.")
@@ -1120,7 +1183,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="first run N configurations of each grid through the real trial path",
     )
     parser.add_argument("--markdown", action="store_true", help="also print the README table")
+    parser.add_argument(
+        "--runs-out",
+        type=Path,
+        metavar="FILE",
+        help="append every family run (node, seed, budget, best/optimum, random's median) to "
+        "FILE as JSON lines, for --compare",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="only compare two --runs-out files run for run (the same nodes and seeds) and exit",
+    )
     args = parser.parse_args(argv)
+    if args.compare:
+        before, after = args.compare
+        for line in compare_runs(_read_runs(before), _read_runs(after)):
+            print(line)
+        return 0
     if args.search_seeds > 1 and args.per_node:
         parser.error("--per-node reads one run per node: leave out --search-seeds")
     if args.boot_noise < 0 or (args.boot_noise > 0 and args.family == "none"):
