@@ -1200,6 +1200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.compare:
         before, after = args.compare
+        for path in (before, after):
+            if not path.is_file():
+                parser.error(f"--compare {path}: no such file; write one with --runs-out {path}")
         for line in compare_runs(_read_runs(before), _read_runs(after)):
             print(line)
         return 0

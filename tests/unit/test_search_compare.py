@@ -39,3 +39,13 @@ def test_compare_cli_reads_two_files(tmp_path: Path, capsys: pytest.CaptureFixtu
     new.write_text(json.dumps(_run("n1", 1, 0.8)) + "\n")
     assert se.main(["--compare", str(old), str(new)]) == 0
     assert "-0.1000" in capsys.readouterr().out
+
+
+def test_compare_a_missing_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        se.main(["--compare", str(tmp_path / "old.jsonl"), str(tmp_path / "new.jsonl")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "old.jsonl: no such file; write one with --runs-out" in err
