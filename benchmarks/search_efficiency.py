@@ -861,11 +861,16 @@ def compare_runs(
             pairs.setdefault((run["family"], run["strategy"], run["budget"]), []).append(
                 (match, run)
             )
+    if not pairs:
+        return [
+            "no run of AFTER has a run of BEFORE with its family, strategy, node, seed and budget"
+        ]
+    strategies = {strategy for _, strategy, _ in pairs}
     lines = [
         "family budget runs   mean change (se)  rose fell   median before/after  "
         "p10 before/after  <random before/after  within 1% before/after"
     ]
-    for (family, _, budget), rows in sorted(pairs.items()):
+    for (family, strategy, budget), rows in sorted(pairs.items()):
         a = [r["ratio"] for r, _ in rows]
         b = [r["ratio"] for _, r in rows]
         diff = [y - x for x, y in zip(a, b, strict=True)]
@@ -882,6 +887,7 @@ def compare_runs(
             f"      {_decile(a):.3f} / {_decile(b):.3f}"
             f"   {below(olds):>8} / {below(news):<8}"
             f"   {sum(x >= 0.99 for x in a):>9} / {sum(x >= 0.99 for x in b)}"
+            + (f"   {strategy}" if len(strategies) > 1 else "")
         )
     return lines
 

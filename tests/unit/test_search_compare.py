@@ -49,3 +49,14 @@ def test_compare_a_missing_file_is_one_line(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "old.jsonl: no such file; write one with --runs-out" in err
+
+
+def test_compare_names_the_strategy_when_there_are_several() -> None:
+    ours, rnd = _run("n1", 1, 0.9), _run("n1", 1, 0.8) | {"strategy": "random search"}
+    lines = se.compare_runs([ours, rnd], [ours | {"ratio": 0.95}, rnd])
+    assert len(lines) == 3
+    assert lines[1].rstrip().endswith("ours")
+    assert lines[2].rstrip().endswith("random search")
+    assert se.compare_runs([ours], [rnd | {"node": "n2"}]) == [
+        "no run of AFTER has a run of BEFORE with its family, strategy, node, seed and budget"
+    ]
