@@ -13,7 +13,12 @@ import search_efficiency as se
 
 
 def _run(node: str, seed: int, ratio: float, random: float | None = 0.95) -> dict[str, object]:
-    return {"family": "A", "strategy": "ours", "node": node, "seed": seed, "budget": 40} | {
+    return {
+        "family": "A",
+        "strategy": "ours",
+        "node": node,
+        "seed": seed,
+        "budget": 40,
         "ratio": ratio,
         "random": random,
     }
@@ -35,7 +40,7 @@ def test_compare_pairs_runs_by_node_and_seed() -> None:
 
 def test_compare_cli_reads_two_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
-    old.write_text("".join(json.dumps(_run("n1", 1, 0.9)) + "\n" for _ in range(1)))
+    old.write_text(json.dumps(_run("n1", 1, 0.9)) + "\n")
     new.write_text(json.dumps(_run("n1", 1, 0.8)) + "\n")
     assert se.main(["--compare", str(old), str(new)]) == 0
     assert "-0.1000" in capsys.readouterr().out
@@ -59,4 +64,13 @@ def test_compare_names_the_strategy_when_there_are_several() -> None:
     assert lines[2].rstrip().endswith("random search")
     assert se.compare_runs([ours], [rnd | {"node": "n2"}]) == [
         "no run of AFTER has a run of BEFORE with its family, strategy, node, seed and budget"
+    ]
+
+
+def test_goals_without_a_40_trial_budget_read_the_budgets_run() -> None:
+    cell = se.FamilyCell("ours", ratios={20: [0.95, 0.97]}, failed={20: [0.0, 0.1]})
+    cell.below[20] = [False, True]
+    assert se.family_goals([cell]) == [
+        "PASS median best/optimum at 20 >= 0.90",
+        "FAIL never below random search's median at 20 (below on 1 of 2 nodes)",
     ]
