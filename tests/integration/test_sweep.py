@@ -194,8 +194,13 @@ def test_pcie_conclusion_is_the_writeups(pcie: tuple[SweepSpec, SweepOutcome, Pa
     best = history.best
     assert best is not None
     assert best.config.get("speculative-algorithm") is None
-    assert best.metrics["decode_speed_p50"] == pytest.approx(89.5, rel=0.05)
+    # The write-up's tuned setting: graph size 128 (89.5 tok/s against the default 512's 82,
+    # test_sim_model pins the figures). Compared with the baseline measured in the same run, not
+    # with 89.5: paced tokens decode slower on a loaded machine (84.5 read in one CI run).
+    assert best.config["cuda-graph-max-bs"] == 128
     baseline = next(r for r in outcome.records if r.trial_id == "t0000")
+    assert baseline.config["cuda-graph-max-bs"] == 512
+    assert best.metrics["decode_speed_p50"] > 1.03 * baseline.metrics["decode_speed_p50"]
     eagle = [
         r
         for r in outcome.records
