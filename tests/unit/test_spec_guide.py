@@ -428,7 +428,7 @@ budget: {trials: 40}
 """
 
 
-def test_a_near_tie_learnt_away_from_the_best_is_stepped_to_as_no_loss(
+def test_a_near_tie_learnt_away_from_the_best_is_stepped_to_at_a_quarter_of_its_loss(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """From the best trial (graph size 256), the static fraction 0.7, which lost 5% at graph size
