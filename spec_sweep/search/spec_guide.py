@@ -22,7 +22,9 @@ speculative decoding beyond a generic sampler:
   tree above that trial (twice as many trees, and no model, while the model is distrusted), or
   `_GIVE_UP` speculative launches that all failed.
 * **System-knob steps** (`SpecGuide.exploit`): the best trial with one or more system knobs
-  changed, ranked by the additive model of `spec_sweep.search.knobs`.
+  changed, ranked by the additive model of `spec_sweep.search.knobs`; before them, a value
+  that never ran and failed only beside other changes is launched once on the baseline (a
+  failure may be a pair's).
 * **Models that are tested** (`spec_sweep.search.model_check`): every measured speculative trial
   tests the tree predictor's throughput and accept length for it, every measured trial whose
   values were all measured before tests the knob model; a distrusted model's turns go to
@@ -42,6 +44,7 @@ from typing import Any
 
 from spec_sweep.core.config import (
     Config,
+    baseline_config,
     config_key,
     normalize_config,
     ordered_keys,
@@ -164,7 +167,8 @@ class SpecGuide:
         self._risk_cache = None
         self._explore_turn = 0
         #: Where the last proposal came from: "draft model" (an untried one), "model" (the
-        #: tree predictor or the knob model), "greedy" or "uniform" (model-free).
+        #: tree predictor or the knob model), "greedy" or "uniform" (model-free), "probe" (a
+        #: failed value on the baseline alone).
         self.last_source = ""
 
     # -- SGLang's rules ---------------------------------------------------------------------------
@@ -320,7 +324,8 @@ class SpecGuide:
     def exploit(self, *, seen: set[str]) -> Config | None:
         """The best trial with one or more of its system knobs changed, as the trials suggest.
 
-        Candidates are the best trial with one knob changed, and with every knob at its
+        First a probe of a value that failed only beside other changes (`_probe`). Then the
+        candidates: the best trial with one knob changed, and with every knob at its
         best-estimated value (`knobs.fit_effects`); the one with the highest predicted value
         times the failure model's probability that it runs. A value that no trial close to the
         best has had, and that the model puts less than `_NEAR_TIE` below the best's, is
@@ -331,6 +336,10 @@ class SpecGuide:
         best = self._best()
         if best is None:
             return None
+        probe = self._probe(seen=seen)
+        if probe is not None:
+            self.last_source = "probe"
+            return probe
         anchor = dict(best.config)
         if not self.knobs_check.trusted:
             self.last_source = "uniform"
@@ -358,6 +367,42 @@ class SpecGuide:
             return None
         scored.sort(key=lambda item: (-item[0], item[1]))
         return scored[0][2]
+
+    def _probe(self, *, seen: set[str]) -> Config | None:
+        """A system-knob value that never ran and failed only beside other changes from the
+        baseline, launched on the baseline alone (with the knobs it needs turned on).
+
+        The failure model blames a value that never ran for its failures, but a failure beside
+        other changes may be the pair's (family A's FlashInfer all-to-all with all-reduce
+        fusion on), and the one-knob steps from the best trial never reach the two-knob change
+        that both switches it on and the partner off. One launch on the baseline tells the two
+        apart: run, the value is measured and the knob model ranks it; failed, it is blamed
+        alone (that launch is then seen, and nothing is probed again). Out-of-memory failures
+        are memory's (`_risk`), never a probe's. (The extra tuning sets, three runs per node:
+        A's runs below random's median at 20 / 40 / 80 11 / 5 / 3 -> 9 / 4 / 1 of 120, mean
+        change +0.003 / +0.002 / +0.004; the other three sets within a standard error.)"""
+        ran = {(k, repr(v)) for t in self.trials if t.ok for k, v in t.config.items()}
+        suspects: list[tuple[str, Scalar]] = []
+        for t in self.trials:
+            if t.ok or t.oom:
+                continue
+            for k, v in t.config.items():
+                if k in _TREE_KEYS or (k, repr(v)) in ran or (k, v) in suspects:
+                    continue
+                suspects.append((k, v))
+        if not suspects:
+            return None
+        base = baseline_config(self.spec)
+        moves = self._system_neighbours(base, children=True)
+        for key, value in suspects:
+            for move in moves:
+                if key not in move or not same_value(move[key], value):
+                    continue
+                config = self._complete(move, what="step")
+                launch = None if config is None else self.unseen_launch(config, seen=seen)
+                if launch is not None and same_value(launch.get(key), value):
+                    return launch
+        return None
 
     def _untried_near_best(self, best: _Trial) -> set[tuple[str, str]]:
         """System-knob values that no trial within `_CLOSE` of the best has had.

@@ -393,6 +393,35 @@ def test_a_knob_step_that_turns_a_knob_on_comes_with_each_of_its_values(ep_spec:
     assert all(sum(1 for k in s if s[k] != anchor.get(k)) == 1 for s in neighbours)
 
 
+def test_a_value_that_failed_beside_other_changes_is_tried_on_the_baseline(ep_spec: Any) -> None:
+    """FlashInfer's all-to-all never ran and failed once, beside graph size 256 (which ran): an
+    engineer reads that failure as possibly the pair's, and launches FlashInfer's all-to-all on
+    the baseline alone (with the expert parallelism it needs) before the knob steps. Had it
+    failed on the baseline, there is nothing to probe: the step is the knob model's."""
+    spec = ep_spec
+    seen: set[str] = set()
+
+    def observe(guide: SpecGuide, value: float | None, **values: Any) -> None:
+        config = _knobs(spec, **values)
+        guide.observe(config, value=value, metrics={} if value else {"failure_mode": "crash"})
+        seen.add(config_key(config))
+
+    guide = SpecGuide(spec, seed=0)
+    observe(guide, 100.0)
+    observe(guide, 110.0, cuda_graph_max_bs_decode=256)
+    observe(guide, 105.0, ep_size=8)
+    observe(guide, None, cuda_graph_max_bs_decode=256, ep_size=8, moe_a2a_backend="flashinfer")
+    probe = _knobs(spec, ep_size=8, moe_a2a_backend="flashinfer")
+    assert guide.exploit(seen=seen) == probe
+    assert guide.last_source == "probe"
+    # failed on the baseline too: the value is blamed alone, and the next step is the model's
+    observe(guide, None, ep_size=8, moe_a2a_backend="flashinfer")
+    step = guide.exploit(seen=seen)
+    assert guide.last_source == "model"
+    assert step is not None
+    assert step.get("moe-a2a-backend") != "flashinfer"
+
+
 def test_before_any_tree_has_run_the_branch_proposes_chains(tested_spec: Any) -> None:
     """The prior alone ranks the widest trees first; until a tree has been measured the branch
     launches chains (a failed one leaves it where it was)."""
