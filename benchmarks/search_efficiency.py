@@ -72,11 +72,13 @@ table; `--first-seed 10 --seeds 40` repeats it on other seeds.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import itertools
 import json
 import logging
 import math
+import pickle
 import random
 import re
 import statistics
@@ -1021,20 +1023,74 @@ def family_goals(cells: Sequence[FamilyCell], *, search_seeds: int = 1) -> list[
 FAMILIES: dict[str, Any] = {"a": landscapes, "b": landscapes_specbundle}
 
 
+def _source_digest(path: Path) -> str:
+    """What a generator's output depends on: its source file, every file of this repository it
+    imports (transitively, packages' `__init__` included) and the data under `benchmarks/data`."""
+    seen: set[Path] = set()
+    todo = [path.resolve()]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for node in ast.walk(ast.parse(current.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                for i in range(1, len(parts) + 1):
+                    base = ROOT.joinpath(*parts[:i])
+                    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                        if candidate.is_file():
+                            todo.append(candidate.resolve())
+                local = ROOT / "benchmarks" / f"{name}.py"
+                if local.is_file():
+                    todo.append(local)
+    files = sorted(seen) + sorted((ROOT / "benchmarks" / "data").rglob("*"))
+    digest = hashlib.sha256()
+    for file in files:
+        if file.is_file():
+            digest.update(str(file.relative_to(ROOT)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def family_tables(
     seeds: Sequence[int],
     folder: Path,
     *,
     family: str = "a",
     descriptions: dict[str, str] | None = None,
+    cache: Path | None = None,
 ) -> list[Table]:
-    """The landscapes of these seeds of one family as tables (and their one-line descriptions)."""
+    """The landscapes of these seeds of one family as tables (and their one-line descriptions).
+
+    With `cache`, each landscape is kept there under a digest of its generator's sources
+    (`_source_digest`) and read back while they are unchanged (a family of 40 nodes takes
+    about two minutes to generate)."""
+    module = FAMILIES[family]
+    digest = _source_digest(Path(module.__file__)) if cache is not None else ""
     out = []
     for seed in seeds:
-        land = FAMILIES[family].build(seed, folder)
-        out.append(table_from(land.name, land.spec, land.table))
+        path = None if cache is None else cache / f"family-{family}-{seed}-{digest}.pkl"
+        if path is not None and path.is_file():
+            with path.open("rb") as f:
+                name, spec, replay, description = pickle.load(f)  # written below, by this function
+        else:
+            land = module.build(seed, folder)
+            name, spec, replay = land.name, land.spec, land.table
+            description = module.describe(land)
+            if path is not None:
+                partial = path.with_suffix(".part")
+                with partial.open("wb") as f:
+                    pickle.dump((name, spec, replay, description), f)
+                partial.replace(path)
+        out.append(table_from(name, spec, replay))
         if descriptions is not None:
-            descriptions[land.name] = FAMILIES[family].describe(land)
+            descriptions[name] = description
     return out
 
 
@@ -1073,7 +1129,9 @@ def _families(args: argparse.Namespace) -> None:
         t1 = time.monotonic()
         descriptions: dict[str, str] = {}
         with tempfile.TemporaryDirectory() as tmp:
-            family = family_tables(seeds, Path(tmp), family=name, descriptions=descriptions)
+            family = family_tables(
+                seeds, Path(tmp), family=name, descriptions=descriptions, cache=args.cache
+            )
         print(
             f"family {name.upper()}: generated {len(family)} landscapes "
             f"({time.monotonic() - t1:.0f} s)",
@@ -1186,7 +1244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--cache",
         type=Path,
         default=Path(tempfile.gettempdir()) / "spec_sweep_grids",
-        help="where the generated replay tables are kept",
+        help="where the generated replay tables and family landscapes are kept",
     )
     parser.add_argument(
         "--validate",

@@ -74,3 +74,49 @@ def test_goals_without_a_40_trial_budget_read_the_budgets_run() -> None:
         "PASS median best/optimum at 20 >= 0.90",
         "FAIL never below random search's median at 20 (below on 1 of 2 nodes)",
     ]
+
+
+def test_family_landscapes_are_cached_under_their_generators_sources(tmp_path: Path) -> None:
+    """A cached landscape reads back as generated; its key follows the generator's own sources
+    and what they import (the tree rules), never the search's (`spec_guide`), so a change of
+    the search keeps the cache and a change of the family regenerates it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    descriptions: dict[str, str] = {}
+    [built] = se.family_tables([3], tmp_path, family="b", descriptions=descriptions, cache=cache)
+    [kept] = list(cache.iterdir())
+    again: dict[str, str] = {}
+    [read] = se.family_tables([3], tmp_path, family="b", descriptions=again, cache=cache)
+    assert list(cache.iterdir()) == [kept]
+    assert again == descriptions
+    assert (read.name, read.best, read.best_config) == (built.name, built.best, built.best_config)
+    assert read.replay.rows == built.replay.rows
+
+
+def test_the_landscape_cache_key_follows_the_generators_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key reads the generator, the repository modules it imports (transitively) and the
+    benchmarks' data, and nothing else: a change of the search (`spec_guide`) keeps it."""
+    files = {
+        "benchmarks/gen.py": "import helper\nfrom spec_sweep.search.spec_model import f\n",
+        "benchmarks/helper.py": "X = 1\n",
+        "benchmarks/data/fits.csv": "a,b\n",
+        "spec_sweep/__init__.py": "",
+        "spec_sweep/search/__init__.py": "",
+        "spec_sweep/search/spec_model.py": "from spec_sweep import errors\n",
+        "spec_sweep/errors.py": "E = 1\n",
+        "spec_sweep/search/spec_guide.py": "G = 1\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(se, "ROOT", tmp_path)
+    gen = tmp_path / "benchmarks" / "gen.py"
+    first = se._source_digest(gen)
+    (tmp_path / "spec_sweep/search/spec_guide.py").write_text("G = 2\n")
+    assert se._source_digest(gen) == first
+    for name in ("benchmarks/helper.py", "spec_sweep/errors.py", "benchmarks/data/fits.csv"):
+        (tmp_path / name).write_text((tmp_path / name).read_text() + "# changed\n")
+        assert se._source_digest(gen) != first, name
+        first = se._source_digest(gen)
