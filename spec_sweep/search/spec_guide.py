@@ -52,6 +52,7 @@ from spec_sweep.core.config import (
     same_value,
 )
 from spec_sweep.core.names import CI_HIGH, CI_LOW
+from spec_sweep.core.outcome import FailureMode
 from spec_sweep.search.knobs import Effects, fit_effects
 from spec_sweep.search.model_check import ModelCheck, Quantity
 from spec_sweep.search.tpe import FailureModel
@@ -96,6 +97,9 @@ _CLOSE = 0.98
 #: standard error, the largest +0.006 on A's tuning set at 20; the H200 grid's trials to within
 #: 2% 56.5 / > 300 -> 47.5 / 89, median / worst of 10 seeds).
 _NEAR_TIE_KEEP = 0.25
+#: Failures the engine's own checks report (arguments rejected, a feature or an NCCL algorithm
+#: not supported): what they reject is named, so they are never probed (`SpecGuide._probe`).
+_NAMED = frozenset({FailureMode.INVALID_ARGS, FailureMode.UNSUPPORTED, FailureMode.NCCL})
 
 
 def _num(value: Any) -> float:
@@ -120,6 +124,7 @@ class _Trial:
     value: float | None
     accept_length: float | None
     oom: bool = False
+    mode: str = ""  # how it failed (`FailureMode`'s value; "" when measured or unknown)
 
     @property
     def params(self) -> Config:  # what `FailureModel` reads
@@ -222,6 +227,7 @@ class SpecGuide:
             value=value,
             accept_length=float(length) if isinstance(length, int | float) else None,
             oom=metrics.get("failure_mode") == "oom",
+            mode=str(metrics.get("failure_mode") or "") if value is None else "",
         )
         if trial.ok and (value or 0.0) > 0:
             self._test_models(trial, self._noise(metrics))
@@ -377,14 +383,17 @@ class SpecGuide:
         fusion on), and the one-knob steps from the best trial never reach the two-knob change
         that both switches it on and the partner off. One launch on the baseline tells the two
         apart: run, the value is measured and the knob model ranks it; failed, it is blamed
-        alone (that launch is then seen, and nothing is probed again). Out-of-memory failures
-        are memory's (`_risk`), never a probe's. (The extra tuning sets, three runs per node:
-        A's runs below random's median at 20 / 40 / 80 11 / 5 / 3 -> 9 / 4 / 1 of 120, mean
-        change +0.003 / +0.002 / +0.004; the other three sets within a standard error.)"""
+        alone (that launch is then seen, and nothing is probed again). Only failures at run
+        time count (a crash, an assertion, a hang): out-of-memory ones are memory's (`_risk`),
+        and the engine's own checks (`_NAMED`) name what they reject. (The extra tuning sets,
+        three runs per node: A's runs below random's median at 20 / 40 / 80 11 / 5 / 3 -> 8 / 4
+        / 1 of 120, mean change +0.006 / +0.002 / +0.002; the other three sets and the two grids
+        within a standard error or unchanged; probing after the engine's checks too cost the
+        H200 grid a failed probe per run.)"""
         ran = {(k, repr(v)) for t in self.trials if t.ok for k, v in t.config.items()}
         suspects: list[tuple[str, Scalar]] = []
         for t in self.trials:
-            if t.ok or t.oom:
+            if t.ok or t.oom or t.mode in _NAMED:
                 continue
             for k, v in t.config.items():
                 if k in _TREE_KEYS or (k, repr(v)) in ran or (k, v) in suspects:

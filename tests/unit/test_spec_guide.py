@@ -397,7 +397,8 @@ def test_a_value_that_failed_beside_other_changes_is_tried_on_the_baseline(ep_sp
     """FlashInfer's all-to-all never ran and failed once, beside graph size 256 (which ran): an
     engineer reads that failure as possibly the pair's, and launches FlashInfer's all-to-all on
     the baseline alone (with the expert parallelism it needs) before the knob steps. Had it
-    failed on the baseline, there is nothing to probe: the step is the knob model's."""
+    failed on the baseline, or had the engine's argument checks rejected it (they name what they
+    reject), there is nothing to probe: the step is the knob model's."""
     spec = ep_spec
     seen: set[str] = set()
 
@@ -414,6 +415,12 @@ def test_a_value_that_failed_beside_other_changes_is_tried_on_the_baseline(ep_sp
     probe = _knobs(spec, ep_size=8, moe_a2a_backend="flashinfer")
     assert guide.exploit(seen=seen) == probe
     assert guide.last_source == "probe"
+    # rejected by the engine's own checks instead: the value is named, nothing is probed
+    named = SpecGuide(spec, seed=0)
+    for t in guide.trials:
+        named.observe(t.config, value=t.value, metrics={"failure_mode": "invalid_args"})
+    assert named.exploit(seen=seen) != probe
+    assert named.last_source == "model"
     # failed on the baseline too: the value is blamed alone, and the next step is the model's
     observe(guide, None, ep_size=8, moe_a2a_backend="flashinfer")
     step = guide.exploit(seen=seen)
