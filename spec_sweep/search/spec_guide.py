@@ -123,8 +123,11 @@ class _Trial:
     ok: bool
     value: float | None
     accept_length: float | None
-    oom: bool = False
-    mode: str = ""  # how it failed (`FailureMode`'s value; "" when measured or unknown)
+    mode: str = ""  # how it ended (`FailureMode`'s value; "" when unknown)
+
+    @property
+    def oom(self) -> bool:
+        return self.mode == FailureMode.OOM
 
     @property
     def params(self) -> Config:  # what `FailureModel` reads
@@ -226,8 +229,7 @@ class SpecGuide:
             ok=value is not None,
             value=value,
             accept_length=float(length) if isinstance(length, int | float) else None,
-            oom=metrics.get("failure_mode") == "oom",
-            mode=str(metrics.get("failure_mode") or "") if value is None else "",
+            mode=str(metrics.get("failure_mode") or ""),
         )
         if trial.ok and (value or 0.0) > 0:
             self._test_models(trial, self._noise(metrics))
