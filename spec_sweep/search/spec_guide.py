@@ -20,7 +20,9 @@ speculative decoding beyond a generic sampler:
   branch is dropped only on measured evidence: at least `_DROP_AFTER` measured trees whose best
   is below `_DROP_RATIO` of the best non-speculative trial and a model that predicts no untried
   tree above that trial (twice as many trees, and no model, while the model is distrusted), or
-  `_GIVE_UP` speculative launches that all failed.
+  `_GIVE_UP` speculative launches that all failed; before it is dropped on measurements, the
+  shortest chain runs once on the best non-speculative trial's knobs (when no trial had a tree
+  that short): its cost is the model's furthest extrapolation from long trees.
 * **System-knob steps** (`SpecGuide.exploit`): the best trial with one or more system knobs
   changed, ranked by the additive model of `spec_sweep.search.knobs`; before them, a value
   that never ran and failed only beside other changes is launched once on the baseline (a
@@ -174,9 +176,11 @@ class SpecGuide:
         self._risk_cache: tuple[FailureModel, list[tuple[tuple[float, ...], float, bool]]] | None
         self._risk_cache = None
         self._explore_turn = 0
+        self._shortest_tried = False
+        self._last_chance: Config | None = None
         #: Where the last proposal came from: "draft model" (an untried one), "model" (the
         #: tree predictor or the knob model), "greedy" or "uniform" (model-free), "probe" (a
-        #: failed value on the baseline alone).
+        #: failed value on the baseline alone), "shortest chain" (before the branch is dropped).
         self.last_source = ""
 
     # -- SGLang's rules ---------------------------------------------------------------------------
@@ -598,6 +602,12 @@ class SpecGuide:
         if probe is not None:
             self.last_source = "draft model"
             return probe
+        if self._last_chance is not None:
+            shortest = self.unseen_launch(self._last_chance, seen=seen)
+            self._last_chance = None
+            if shortest is not None:
+                self.last_source = "shortest chain"
+                return shortest
         if not self.trees_check.trusted:
             return self._explore(seen=seen)
         self.last_source = "model"
@@ -624,6 +634,12 @@ class SpecGuide:
             )
             if predicted >= plain:
                 return
+        # Before the branch is dropped, its cheapest tree runs once on the plain best's knobs.
+        if self._last_chance is None and not self._shortest_tried:
+            self._shortest_tried = True
+            self._last_chance = self._shortest_chain(best_plain.config)
+        if self._last_chance is not None:
+            return
         self.alive = False
 
     def _eager(self, config: Mapping[str, Scalar], draft: int) -> bool:
@@ -742,6 +758,22 @@ class SpecGuide:
             if launch is not None:
                 return launch
         return None
+
+    def _shortest_chain(self, system: Mapping[str, Scalar]) -> Config | None:
+        """The shortest chain on `system`'s knobs, when no trial has had a tree that short."""
+        spec_trials = [t for t in self.trials if self._static_tree(t.config)]
+        best = self._best(speculative=True, tree=True)
+        head = tree_of(best.config, self.spec).head if best is not None else ""
+        chains = [t for t in self._trees if t.topk == 1 and t.head == head]
+        if not chains:
+            return None
+        shortest = min(chains, key=lambda t: (t.steps, t.ran))
+        if any(tree_of(t.config, self.spec).steps <= shortest.steps for t in spec_trials):
+            return None
+        launch = self._launch_tree(system, shortest, seen=set())
+        if launch is None or self._risk(launch) < _EXPLORE_RISK:
+            return None
+        return launch
 
     def _explore(self, *, seen: set[str]) -> Config | None:
         """A model-free tree: in turn, a greedy step around the best tree (on its knobs) and a

@@ -556,3 +556,34 @@ def test_near_ties_rank_among_themselves_by_their_learnt_loss(
         {"disable_custom_all_reduce": True} if all_reduce > mem_07 else {"mem_fraction_static": 0.7}
     )
     assert step == _knobs(spec, cuda_graph_max_bs_decode=256, **closer)
+
+
+@pytest.mark.parametrize("chain_value", [40.0, 110.0])
+def test_before_the_branch_is_dropped_its_shortest_chain_runs_on_the_plain_best(
+    tested_spec: Any, chain_value: float
+) -> None:
+    """Long trees that lose to the plain configuration say little of the cheapest tree: before
+    the branch is dropped, the shortest chain runs once on the plain best's knobs, and the
+    branch is dropped only if it loses too."""
+    spec = tested_spec
+    guide = SpecGuide(spec, seed=0)
+    plain = {**baseline_config(spec), "cuda-graph-max-bs-decode": 64}
+    guide.observe(baseline_config(spec), value=90.0, metrics={})
+    guide.observe(plain, value=100.0, metrics={})
+    # Enough losing trees to drop the branch whether or not the tree model is trusted.
+    trees = [(3, 1, 4), (4, 2, 8), (6, 4, 16), (4, 1, 4), (2, 2, 4), (3, 2, 8), (6, 1, 16)]
+    for s, k, d, head in [(*tree, "/m/a") for tree in trees] + [(4, 2, 8, "/m/b")]:
+        config = _tree_config(spec, s, k, d, head)
+        guide.observe(config, value=50.0, metrics={"accept_length": 2.0})
+    seen = {config_key(t.config) for t in guide.trials}
+    chain = guide.propose(seen=seen)
+    assert guide.last_source == "shortest chain"
+    assert chain is not None
+    tree = tree_of(chain, spec)
+    assert (tree.steps, tree.topk, tree.ran) == (1, 1, 2)
+    assert chain["cuda-graph-max-bs-decode"] == 64  # the plain best's knobs
+    seen.add(config_key(chain))
+    guide.observe(chain, value=chain_value, metrics={"accept_length": 1.7})
+    proposal = guide.propose(seen=seen)
+    assert guide.alive is (chain_value > 100.0)
+    assert (proposal is not None) is guide.alive
