@@ -26,7 +26,8 @@ speculative decoding beyond a generic sampler:
 * **System-knob steps** (`SpecGuide.exploit`): the best trial with one or more system knobs
   changed, ranked by the additive model of `spec_sweep.search.knobs`; before them, a value
   that never ran and failed only beside other changes is launched once on the baseline (a
-  failure may be a pair's).
+  failure may be a pair's); a step blamed in a pair with another of the best trial's values
+  also comes with that knob moved.
 * **Models that are tested** (`spec_sweep.search.model_check`): every measured speculative trial
   tests the tree predictor's throughput and accept length for it, every measured trial whose
   values were all measured before tests the knob model; a distrusted model's turns go to
@@ -359,6 +360,7 @@ class SpecGuide:
         self.last_source = "model"
         effects = self._effects()
         candidates = self._step_candidates(anchor, effects)
+        candidates += self._resolved(anchor, candidates)
         untried = self._untried_near_best(best)
         scored = []
         for candidate in candidates:
@@ -379,6 +381,34 @@ class SpecGuide:
             return None
         scored.sort(key=lambda item: (-item[0], item[1]))
         return scored[0][2]
+
+    def _resolved(
+        self, anchor: Mapping[str, Scalar], candidates: Sequence[Mapping[str, Scalar]]
+    ) -> list[Config]:
+        """Each step that carries a failed pair's blame (its new value beside one of the anchor's
+        other values) with that other knob moved too, to each of its other values."""
+        out: list[Config] = []
+        for candidate in candidates:
+            config = self._complete(candidate, what="step")
+            if config is None:
+                continue
+            changed = {
+                k for k, v in config.items() if k not in anchor or not same_value(v, anchor[k])
+            }
+            if not changed:
+                continue
+            self._risk(config)  # the failure model of the trials so far
+            assert self._risk_cache is not None
+            model = self._risk_cache[0]
+            for other in model.partners(config, changed):
+                if other in _TREE_KEYS or other not in self.spec.params:
+                    continue
+                out += [
+                    {**candidate, other: v}
+                    for v in self._values(other)
+                    if not same_value(v, config[other])
+                ]
+        return out
 
     def _probe(self, *, seen: set[str]) -> Config | None:
         """A system-knob value that never ran and failed only beside other changes from the

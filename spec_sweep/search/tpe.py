@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,23 @@ class FailureModel:
             if blame:
                 total += math.log(_BLAME_PRIOR / (blame + _BLAME_PRIOR))
         return total
+
+    def partners(self, params: Mapping[str, Any], names: Collection[str]) -> set[str]:
+        """The parameters whose value in `params` is blamed in a pair with the value of one of
+        `names` (what else to change when a change of `names` carries a pair's blame)."""
+        items = {_item(k, v): k for k, v in params.items()}
+        out: set[str] = set()
+        for key, blame in self.blame.items():
+            if not blame or not isinstance(key[0], tuple):
+                continue
+            first, second = (items.get(i) for i in key)
+            if first is None or second is None:
+                continue
+            if first in names and second not in names:
+                out.add(second)
+            elif second in names and first not in names:
+                out.add(first)
+        return out
 
 
 def failure_model(study: Study, gates: frozenset[str] = frozenset()) -> FailureModel:

@@ -429,6 +429,36 @@ def test_a_value_that_failed_beside_other_changes_is_tried_on_the_baseline(ep_sp
     assert step.get("moe-a2a-backend") != "flashinfer"
 
 
+def test_a_step_blamed_on_a_pair_with_the_best_comes_with_the_other_knob_moved(
+    ep_spec: Any,
+) -> None:
+    """FlashInfer's all-to-all ran on the baseline and crashed beside graph size 256, the best
+    trial's: the failure is the pair's, so the one-knob step to it from the best carries that
+    blame. The steps also hold it with the graph size moved to each other value (the two-knob
+    change an engineer would try); with no failed pair there is nothing to move."""
+    spec = ep_spec
+    guide = SpecGuide(spec, seed=0)
+    for value, values in [
+        (100.0, {}),
+        (120.0, {"cuda_graph_max_bs_decode": 256}),
+        (110.0, {"ep_size": 8, "moe_a2a_backend": "flashinfer"}),
+    ]:
+        guide.observe(_knobs(spec, **values), value=value, metrics={})
+    anchor = _knobs(spec, cuda_graph_max_bs_decode=256)
+    steps = guide._step_candidates(anchor, guide._effects())
+    assert guide._resolved(anchor, steps) == []
+    failed = _knobs(spec, cuda_graph_max_bs_decode=256, ep_size=8, moe_a2a_backend="flashinfer")
+    guide.observe(failed, value=None, metrics={"failure_mode": "crash"})
+    resolved = [guide._complete(c, what="step") for c in guide._resolved(anchor, steps)]
+    moved = {
+        c["cuda-graph-max-bs-decode"]
+        for c in resolved
+        if c is not None and c["ep-size"] == 8 and c["moe-a2a-backend"] == "flashinfer"
+    }
+    assert moved == {16, 64}
+    assert all(c is not None and c["cuda-graph-max-bs-decode"] != 256 for c in resolved)
+
+
 def test_before_any_tree_has_run_the_branch_proposes_chains(tested_spec: Any) -> None:
     """The prior alone ranks the widest trees first; until a tree has been measured the branch
     launches chains (a failed one leaves it where it was)."""
