@@ -288,6 +288,17 @@ class SpecGuide:
         otherwise; other failures go to the failure model (values, or pairs of values, that
         never ran), gates excepted.
         """
+        model, walls = self._failures()
+        need, mem = self._need(config), _num(config.get(_MEM))
+        for wall_need, wall_mem, high in walls:
+            dominated = all(n >= w for n, w in zip(need, wall_need, strict=True))
+            if dominated and (mem >= wall_mem if high else mem <= wall_mem):
+                return -20.0
+        return model.log_ok(config)
+
+    def _failures(self) -> tuple[FailureModel, list[tuple[tuple[float, ...], float, bool]]]:
+        """The failure model of the non-OOM failures and the memory walls of the OOM ones
+        (need, static fraction, high end), built once per trial told."""
         if self._risk_cache is None:
             others = [t for t in self.trials if not t.oom]
             model = FailureModel(others, self._gates)  # type: ignore[arg-type]
@@ -298,13 +309,7 @@ class SpecGuide:
                     mem = _num(t.config[_MEM])
                     walls.append((self._need(t.config), mem, any(m <= mem for m in ran_mems)))
             self._risk_cache = (model, walls)
-        model, walls = self._risk_cache
-        need, mem = self._need(config), _num(config.get(_MEM))
-        for wall_need, wall_mem, high in walls:
-            dominated = all(n >= w for n, w in zip(need, wall_need, strict=True))
-            if dominated and (mem >= wall_mem if high else mem <= wall_mem):
-                return -20.0
-        return model.log_ok(config)
+        return self._risk_cache
 
     def _need(self, config: Mapping[str, Scalar]) -> tuple[float, ...]:
         """What a configuration asks of memory: speculation, draft tokens, CUDA-graph size."""
@@ -387,6 +392,7 @@ class SpecGuide:
     ) -> list[Config]:
         """Each step that carries a failed pair's blame (its new value beside one of the anchor's
         other values) with that other knob moved too, to each of its other values."""
+        model = self._failures()[0]
         out: list[Config] = []
         for candidate in candidates:
             config = self._complete(candidate, what="step")
@@ -397,9 +403,6 @@ class SpecGuide:
             }
             if not changed:
                 continue
-            self._risk(config)  # the failure model of the trials so far
-            assert self._risk_cache is not None
-            model = self._risk_cache[0]
             for other in model.partners(config, changed):
                 if other in _TREE_KEYS or other not in self.spec.params:
                     continue
