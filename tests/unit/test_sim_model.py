@@ -345,3 +345,30 @@ def test_sim_speed_paces_every_real_step_and_rejects_a_bad_factor(
     warmup.boot_phase = True
     assert engine._pace([real]) == 0.25  # a quarter of the modelled step time
     assert engine._pace([warmup]) == 0.0  # start-up requests keep the boot time scale
+
+
+def test_sim_pacing_catches_up_a_late_wake_so_host_load_does_not_slow_the_node() -> None:
+    """A step that wakes late (a loaded host) is made up by the next ones: the next deadline
+    counts from this one's, not from the wake; a stall past the cap is forgiven, not replayed."""
+    import asyncio
+
+    from spec_sweep.sim import engine as engine_module
+    from spec_sweep.sim.engine import Engine
+
+    perf = _perf(load_profile(H200))
+    engine = Engine(perf, plan=perf.plan, log=None, flavor_old=False)  # type: ignore[arg-type]
+
+    async def deadlines() -> tuple[float, float, float, float]:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        ahead = await engine._sleep_until(loop, now + 0.01)
+        late = await engine._sleep_until(loop, loop.time() - 0.05)
+        start = loop.time()
+        stalled = await engine._sleep_until(loop, start - 2 * engine_module._MAX_BEHIND_S)
+        return ahead - now, start - late, stalled - start, loop.time() - now
+
+    ahead, late_by, stalled, elapsed = asyncio.run(deadlines())
+    assert ahead == pytest.approx(0.01)
+    assert late_by >= 0.05  # the late step's deadline stands (the next one counts from it)
+    assert stalled >= 0.0  # a stall is forgiven: the next deadline counts from now
+    assert elapsed < 1.0  # nothing was slept to "replay" the stall
