@@ -212,13 +212,15 @@ class SweepSearcher:
 
     def _guided(self) -> Config | None:
         """The guide's turn, if it is one: a tree the speculative model ranks first (at once
-        when the branch is below its share), then a system-knob step from the best trial; the
-        third turn is TPE's."""
+        when the branch is below its share; otherwise a knob step when the model predicts that
+        tree to lose), then a system-knob step from the best trial; the third turn is TPE's."""
         if self._guide is None:
             return None
         turn, self._turn = self._turn % 3, self._turn + 1
-        if turn == 0 or self._guide.due():
+        if self._guide.due():
             return self._guide.propose(seen=self._seen)
+        if turn == 0:
+            return self._guide.propose(seen=self._seen, step_if_losing=True)
         if turn == 1:
             return self._guide.exploit(seen=self._seen)
         return None

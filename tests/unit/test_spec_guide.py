@@ -617,3 +617,44 @@ def test_before_the_branch_is_dropped_its_shortest_chain_runs_on_the_plain_best(
     proposal = guide.propose(seen=seen)
     assert guide.alive is (chain_value > 100.0)
     assert (proposal is not None) is guide.alive
+
+
+def test_the_trees_turn_goes_to_a_knob_step_when_the_tested_model_predicts_the_tree_loses(
+    tested_spec: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the tree model has been tested on `_STEP_AFTER` trees and predicts the tree it
+    ranks first below the best trial (by more than 3% and more than its typical miss), the
+    trees' turn is a knob step from the best trial; tested on fewer, or without
+    `step_if_losing`, a tree."""
+    from spec_sweep.search import spec_guide
+
+    spec = tested_spec
+    guide = SpecGuide(spec, seed=0)
+    guide.observe(baseline_config(spec), value=50.0, metrics={})
+    trees = [(3, 1, 4, "/m/a"), (3, 1, 4, "/m/b"), (2, 1, 3, "/m/a"), (4, 2, 8, "/m/a")]
+    more = [(2, 2, 4), (3, 2, 4), (4, 1, 5), (6, 1, 7)]
+    trees += [(s, k, d, h) for h in ("/m/b", "/m/a") for s, k, d in more]
+    for s, k, d, head in trees:
+        config = _tree_config(spec, s, k, d, head=head)
+        throughput, length = _predicted(guide, config)
+        guide.observe(config, value=throughput, metrics={"accept_length": length})
+    # The best trial: the best tree with a knob moved, far above what the model predicts of
+    # any tree (the model's other predictions held: its typical miss stays small).
+    best_tree = max(guide.trials, key=lambda t: t.value or 0.0)
+    tuned = {**best_tree.config, "cuda-graph-max-bs-decode": 64}
+    guide.observe(tuned, value=1.5 * (best_tree.value or 0.0), metrics={"accept_length": 3.0})
+    tested = len(guide.trees_check.checks)
+    assert tested >= spec_guide._STEP_AFTER
+    assert guide.trees_check.trusted
+    seen = {config_key(t.config) for t in guide.trials}
+    tree = guide.propose(seen=seen)
+    assert tree is not None
+    assert guide.last_source == "model"
+    step = guide.propose(seen=seen, step_if_losing=True)
+    assert step is not None
+    assert guide.last_source.startswith("knob step")
+    assert tree_of(step, spec) == tree_of(tuned, spec)  # the best trial's tree, a knob moved
+    assert config_key(step) not in seen
+    monkeypatch.setattr(spec_guide, "_STEP_AFTER", tested + 1)
+    assert guide.propose(seen=seen, step_if_losing=True) == tree  # tested on too few trees
+    assert guide.last_source == "model"
