@@ -103,6 +103,11 @@ class ModelCheck:
             self._switch(True)
         return check
 
+    def typical_miss(self, name: str) -> float:
+        """The root mean square of the logged errors of quantity `name` (0 before any)."""
+        errors = [q.error for c in self.checks for q in c.quantities if q.name == name]
+        return math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.0
+
     def _switch(self, trusted: bool) -> None:
         self.trusted = trusted
         self.switches.append((len(self.checks), trusted))

@@ -655,28 +655,28 @@ class SpecGuide:
             return self._explore(seen=seen)
         self.last_source = "model"
         ranked = self._rank(seen=seen)
-        if step_if_losing and ranked is not None and self._tree_loses(ranked):
+        if ranked is None:
+            return None
+        launch, predicted = ranked
+        if step_if_losing and self._tree_loses(predicted):
             step = self.exploit(seen=seen)
             if step is not None:
                 self.last_source = f"knob step ({self.last_source})"
                 return step
             self.last_source = "model"
-        return ranked
+        return launch
 
-    def _tree_loses(self, config: Mapping[str, Scalar]) -> bool:
-        """Whether the tree model, tested on at least `_STEP_AFTER` trees, predicts `config`
-        below the best trial by more than `_STEP_MARGIN` and more than its typical miss."""
-        errors = [
-            q.error for c in self.trees_check.checks for q in c.quantities if q.name == "throughput"
-        ]
+    def _tree_loses(self, predicted: float) -> bool:
+        """Whether a tree the model predicts at `predicted` loses to the best trial by more than
+        `_STEP_MARGIN` and the model's typical miss, once it has been tested on `_STEP_AFTER`
+        trees."""
         best = self._best()
-        if len(errors) < _STEP_AFTER or best is None or not best.value or best.value <= 0:
+        tested = len(self.trees_check.checks)
+        if tested < _STEP_AFTER or best is None or not best.value or best.value <= 0:
             return False
-        tree = tree_of(config, self.spec)
-        predicted = self._predict(self._predictor(self._anchor()), config, tree)
         if predicted <= 0:
             return False
-        typical = math.sqrt(sum(e * e for e in errors) / len(errors))
+        typical = self.trees_check.typical_miss("throughput")
         return self._sign * math.log(predicted / best.value) < -max(_STEP_MARGIN, typical)
 
     def _update_alive(self, spec_trials: Sequence[_Trial]) -> None:
@@ -748,7 +748,8 @@ class SpecGuide:
         best = self._best()
         return dict(best.config if best is not None else self.trials[0].config)
 
-    def _rank(self, *, seen: set[str]) -> Config | None:
+    def _rank(self, *, seen: set[str]) -> tuple[Config, float] | None:
+        """The launch of the tree ranked first, and its predicted objective."""
         anchor = self._anchor()
         predictor = self._predictor(anchor)
         systems = [(anchor, 1.0)] + [
@@ -763,7 +764,7 @@ class SpecGuide:
         }
         # Score bounds first (the failure term only lowers a score), then launchable
         # configurations in bound order until no bound can beat the best score found.
-        bounds: list[tuple[float, float, Config, Tree]] = []
+        bounds: list[tuple[float, float, Config, Tree, float]] = []
         # Before any tree has run, the ranking is the prior's alone, and the prior puts the
         # widest trees first: on a node short of memory they fail on one set of knobs after
         # another. The first trees are chains (the least memory per draft token; SGLang's own
@@ -777,10 +778,10 @@ class SpecGuide:
                     continue
                 predicted = self._predict(predictor, system, tree)
                 bound = math.log(max(predicted * weight, 1e-12))
-                bounds.append((bound, self._rng.random(), system, tree))
+                bounds.append((bound, self._rng.random(), system, tree, predicted))
         bounds.sort(key=lambda item: (-item[0], item[1]))
-        best: tuple[float, float, Config] | None = None
-        for bound, tie, system, tree in bounds:
+        best: tuple[float, float, Config, float] | None = None
+        for bound, tie, system, tree, predicted in bounds:
             if best is not None and bound < best[0]:
                 break
             launch = self._launch_tree(system, tree, seen=seen)
@@ -788,8 +789,8 @@ class SpecGuide:
                 continue
             score = bound + self._risk(launch)
             if best is None or (score, -tie) > (best[0], -best[1]):
-                best = (score, tie, launch)
-        return None if best is None else best[2]
+                best = (score, tie, launch, predicted)
+        return None if best is None else (best[2], best[3])
 
     def _launch_tree(
         self, system: Mapping[str, Scalar], tree: Tree, *, seen: set[str]

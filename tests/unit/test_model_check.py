@@ -61,3 +61,13 @@ def test_misses_far_apart_keep_the_model() -> None:
         check.record(f"t{i}", [miss() if i % WINDOW == 0 else hit()])
     assert check.trusted
     assert not check.switches
+
+
+def test_the_typical_miss_is_the_root_mean_square_of_one_quantitys_errors() -> None:
+    check = ModelCheck("trees")
+    assert check.typical_miss("throughput") == 0.0  # nothing logged yet
+    check.record("t1", [hit(), miss("accept_length")])
+    check.record("t2", [miss()])
+    expected = math.sqrt((math.log(1.03) ** 2 + math.log(1.6) ** 2) / 2)
+    assert math.isclose(check.typical_miss("throughput"), expected)
+    assert math.isclose(check.typical_miss("accept_length"), math.log(1.6))
