@@ -543,6 +543,9 @@ def test_a_near_tie_learnt_away_from_the_best_is_stepped_to_at_a_quarter_of_its_
             ("mem-fraction-static", "0.88"),
         }
         monkeypatch.setattr(guide, "_effects", lambda: effects)  # the model, fixed
+        # The last trial's two new values are confounded (the next test): this one is about the
+        # near-tie rule alone.
+        monkeypatch.setattr(guide, "_confounded", set)
         return guide.exploit(seen={config_key(t.config) for t in guide.trials})
 
     assert step() == _knobs(spec, cuda_graph_max_bs_decode=256, mem_fraction_static=0.7)
@@ -586,6 +589,51 @@ def test_near_ties_rank_among_themselves_by_their_learnt_loss(
         {"disable_custom_all_reduce": True} if all_reduce > mem_07 else {"mem_fraction_static": 0.7}
     )
     assert step == _knobs(spec, cuda_graph_max_bs_decode=256, **closer)
+
+
+def test_a_value_measured_only_beside_another_new_value_is_not_charged_its_learnt_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Static fraction 0.7 and the custom all-reduce switched off were measured once, together, in
+    a slow trial: nothing says which of them lost, so a knob step to either is not charged its
+    learnt loss and goes ahead of 0.82, which lost alone. Without the rule the step goes to
+    0.82 (the smallest learnt loss). A value measured alone beside known ones (0.82) is clear."""
+    from spec_sweep.search.knobs import Effects
+
+    spec = _spec_from(tmp_path, "near", NEAR_SPACE)
+    effects = Effects(
+        effects={
+            ("cuda-graph-max-bs-decode", "16"): -0.3,
+            ("cuda-graph-max-bs-decode", "256"): 0.2,
+            ("mem-fraction-static", "0.7"): -0.25,
+            ("mem-fraction-static", "0.82"): -0.15,
+            ("mem-fraction-static", "0.88"): -0.3,
+            ("disable-custom-all-reduce", "True"): -0.25,
+        }
+    )
+    blurred = {("mem-fraction-static", "0.7"), ("disable-custom-all-reduce", "True")}
+
+    def step(*, rule: bool) -> Any:
+        guide = SpecGuide(spec, seed=0)
+        for values, value in [
+            ({}, 100.0),
+            ({"cuda_graph_max_bs_decode": 256}, 120.0),
+            ({"cuda_graph_max_bs_decode": 16}, 60.0),
+            ({"mem_fraction_static": 0.7, "disable_custom_all_reduce": True}, 50.0),
+            ({"mem_fraction_static": 0.82}, 86.0),
+        ]:
+            guide.observe(_knobs(spec, **values), value=value, metrics={})
+        assert guide._confounded() == blurred
+        monkeypatch.setattr(guide, "_effects", lambda: effects)  # the model, fixed
+        if not rule:
+            monkeypatch.setattr(guide, "_confounded", set)
+        return guide.exploit(seen={config_key(t.config) for t in guide.trials})
+
+    assert step(rule=True) in (
+        _knobs(spec, cuda_graph_max_bs_decode=256, mem_fraction_static=0.7),
+        _knobs(spec, cuda_graph_max_bs_decode=256, disable_custom_all_reduce=True),
+    )
+    assert step(rule=False) == _knobs(spec, cuda_graph_max_bs_decode=256, mem_fraction_static=0.82)
 
 
 @pytest.mark.parametrize("chain_value", [40.0, 110.0])
