@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -477,10 +478,7 @@ class SpecGuide:
         optimum, from the best trial) out of every knob step to trial 40. A knob step to such a
         value is not charged the loss (`exploit`); a gain still counts."""
         measured = [t for t in self.trials if t.ok and t.value]
-        counts: dict[tuple[str, str], int] = {}
-        for t in measured:
-            for k, v in t.config.items():
-                counts[(k, repr(v))] = counts.get((k, repr(v)), 0) + 1
+        counts = Counter((k, repr(v)) for t in measured for k, v in t.config.items())
         blurred: set[tuple[str, str]] = set()
         clear: set[tuple[str, str]] = set()
         for t in measured:
