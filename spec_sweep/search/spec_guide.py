@@ -24,8 +24,10 @@ speculative decoding beyond a generic sampler:
   shortest chain runs once on the best non-speculative trial's knobs (when no trial had a tree
   that short): its cost is the model's furthest extrapolation from long trees.
 * **System-knob steps** (`SpecGuide.exploit`): the best trial with one or more system knobs
-  changed, ranked by the additive model of `spec_sweep.search.knobs` (a value measured only
-  beside another new value is not charged the loss the model gives it); before them, a value
+  changed, ranked by their expected improvement over the best trial (the gain the additive
+  model of `spec_sweep.search.knobs` predicts, times the failure model's probability that the
+  step runs; a value measured only beside another new value is not charged the loss the model
+  gives it); before them, a value
   that never ran and failed only beside other changes is launched once on the baseline (a
   failure may be a pair's); a step blamed in a pair with another of the best trial's values
   also comes with that knob moved.
@@ -354,13 +356,15 @@ class SpecGuide:
 
         First a probe of a value that failed only beside other changes (`_probe`). Then the
         candidates: the best trial with one knob changed, and with every knob at its
-        best-estimated value (`knobs.fit_effects`); the one with the highest predicted value
-        times the failure model's probability that it runs. A value that no trial close to the
-        best has had, and that the model puts less than `_NEAR_TIE` below the best's, is
-        predicted at a quarter of that loss (the model learnt it elsewhere; near ties still rank
-        among themselves by it); a value measured only beside another new value
-        (`_confounded`) is not charged its learnt loss. While the knob model is
-        distrusted, one of the one-knob changes drawn uniformly among those likely to run.
+        best-estimated value (`knobs.fit_effects`); the one with the highest expected
+        improvement over the best trial: the failure model's probability that it runs times the
+        predicted gain (when no candidate is predicted to gain, the highest predicted value
+        times that probability). A value that no trial close to the best has had, and that the
+        model puts less than `_NEAR_TIE` below the best's, is predicted at a quarter of that
+        loss (the model learnt it elsewhere; near ties still rank among themselves by it); a
+        value measured only beside another new value (`_confounded`) is not charged its learnt
+        loss. While the knob model is distrusted, one of the one-knob changes drawn uniformly
+        among those likely to run.
         """
         best = self._best()
         if best is None:
@@ -379,6 +383,7 @@ class SpecGuide:
         candidates += self._resolved(anchor, candidates)
         untried = self._untried_near_best(best)
         confounded = self._confounded()
+        base = sum(effects.get((k, repr(v))) for k, v in anchor.items())
         scored = []
         for candidate in candidates:
             config = self._complete(candidate, what="step")
@@ -396,11 +401,17 @@ class SpecGuide:
                 elif (k, repr(v)) in untried and math.log(_NEAR_TIE) < loss < 0.0:
                     # learnt away from the best: a near tie keeps a quarter of its loss
                     gain -= (1.0 - _NEAR_TIE_KEEP) * loss
-            scored.append((gain + self._risk(launch), self._rng.random(), launch))
+            risk = self._risk(launch)
+            # The expected improvement over the best trial: a failed step costs a trial, not
+            # the best, so a likely failure with a large predicted gain goes ahead of a sure
+            # step predicted at a tie; steps that no model expects to improve rank by their
+            # predicted value times P(runs).
+            improvement = math.exp(risk) * max(math.expm1(gain - base), 0.0)
+            scored.append((improvement, gain + risk, self._rng.random(), launch))
         if not scored:
             return None
-        scored.sort(key=lambda item: (-item[0], item[1]))
-        return scored[0][2]
+        scored.sort(key=lambda item: (-item[0], -item[1], item[2]))
+        return scored[0][3]
 
     def _resolved(
         self, anchor: Mapping[str, Scalar], candidates: Sequence[Mapping[str, Scalar]]
