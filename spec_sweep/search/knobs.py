@@ -37,10 +37,13 @@ class Effects:
         """Whether every value of `config` was measured in the fit."""
         return bool(self.effects) and all((k, repr(v)) in self.effects for k, v in config.items())
 
+    def total(self, config: Mapping[str, Scalar]) -> float:
+        """The sum of `config`'s value effects (log objective, the intercept left out)."""
+        return sum(self.get((k, repr(v))) for k, v in config.items())
+
     def predict(self, config: Mapping[str, Scalar]) -> float:
         """The predicted objective of `config` (max-mode units)."""
-        total = self.intercept + sum(self.get((k, repr(v))) for k, v in config.items())
-        return math.exp(total)
+        return math.exp(self.intercept + self.total(config))
 
 
 def fit_effects(trials: Sequence[tuple[Mapping[str, Scalar], float]]) -> Effects:

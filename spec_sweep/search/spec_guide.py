@@ -383,14 +383,14 @@ class SpecGuide:
         candidates += self._resolved(anchor, candidates)
         untried = self._untried_near_best(best)
         confounded = self._confounded()
-        base = sum(effects.get((k, repr(v))) for k, v in anchor.items())
+        base = effects.total(anchor)
         scored = []
         for candidate in candidates:
             config = self._complete(candidate, what="step")
             launch = None if config is None else self.unseen_launch(config, seen=seen)
             if config is None or launch is None:
                 continue
-            gain = sum(effects.get((k, repr(v))) for k, v in config.items())
+            gain = effects.total(config)
             for k, v in config.items():
                 if k not in anchor or same_value(v, anchor[k]):
                     continue
@@ -636,7 +636,7 @@ class SpecGuide:
 
     def _step_gains(self, best: _Trial, effects: Effects, seen: set[str]) -> list[float]:
         anchor = dict(best.config)
-        base = sum(effects.get((k, repr(v))) for k, v in anchor.items())
+        base = effects.total(anchor)
         candidates = self._step_candidates(anchor, effects)
         out = []
         for candidate in candidates:
@@ -646,7 +646,7 @@ class SpecGuide:
             launch = self.unseen_launch(config, seen=seen)
             if launch is None or self._risk(launch) < math.log(0.5):
                 continue
-            gain = sum(effects.get((k, repr(v))) for k, v in config.items())
+            gain = effects.total(config)
             out.append(math.exp(gain - base) - 1.0)
         return out
 
