@@ -74,6 +74,9 @@ TUNING_SEEDS = tuple(range(20))
 #: More seeds to tune on (never test seeds), for failures too rare to show in 20 nodes.
 EXTRA_TUNING_SEEDS = tuple(range(20, 60))
 TEST_SEEDS = tuple(range(100, 140))
+#: Held out from tuning: a change chosen on the tuning seeds is checked here before it is kept
+#: (the tuning seeds have been judged on for many sessions), never tuned on.
+VALIDATION_SEEDS = tuple(range(200, 240))
 
 _ALGO = "speculative-algorithm"
 _STEPS = "speculative-num-steps"
@@ -455,6 +458,7 @@ if __name__ == "__main__":
 __all__ = [
     "TEST_SEEDS",
     "TUNING_SEEDS",
+    "VALIDATION_SEEDS",
     "Landscape",
     "Node",
     "accept_length",

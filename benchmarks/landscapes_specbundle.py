@@ -174,6 +174,9 @@ TUNING_SEEDS = tuple(range(20))
 #: More seeds to tune on (never test seeds), for failures too rare to show in 20 nodes.
 EXTRA_TUNING_SEEDS = tuple(range(20, 60))
 TEST_SEEDS = tuple(range(100, 140))
+#: Held out from tuning: a change chosen on the tuning seeds is checked here before it is kept
+#: (the tuning seeds have been judged on for many sessions), never tuned on.
+VALIDATION_SEEDS = tuple(range(200, 240))
 #: The fitted acceptance of every SpecBundle row (written by `benchmarks/specbundle_fit.py`).
 FITS = Path(__file__).resolve().parent / "data" / "specbundle_fits.csv"
 
@@ -1079,6 +1082,7 @@ __all__ = [
     "HARDWARE",
     "TEST_SEEDS",
     "TUNING_SEEDS",
+    "VALIDATION_SEEDS",
     "Archetype",
     "Hardware",
     "Head",

@@ -1123,6 +1123,7 @@ def _families(args: argparse.Namespace) -> None:
             "test": module.TEST_SEEDS,
             "tuning": module.TUNING_SEEDS,
             "tuning-extra": module.EXTRA_TUNING_SEEDS,
+            "validation": module.VALIDATION_SEEDS,
         }[args.family]
         if args.landscapes:
             seeds = tuple(s for s in landscapes.parse_seeds(args.landscapes) if s in seeds)
@@ -1182,10 +1183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--family",
-        choices=["test", "tuning", "tuning-extra", "none"],
+        choices=["test", "tuning", "tuning-extra", "validation", "none"],
         default="test",
         help="seed set of the landscape families (report on test; tune on tuning and "
-        "tuning-extra, seeds 20-59)",
+        "tuning-extra, seeds 20-59; check a change on validation, seeds 200-239, before it is "
+        "kept)",
     )
     parser.add_argument(
         "--families",
