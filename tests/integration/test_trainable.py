@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from harness import make_spec
 
 from spec_sweep.core import names
 from spec_sweep.core.config import baseline_config
+from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.errors import TrialError
 from spec_sweep.node.backends import SimBackend
 from spec_sweep.orchestrate import trainable
@@ -124,3 +126,64 @@ def test_a_saved_outcome_closed_by_a_resumed_driver_is_recorded_not_run(project_
     (after,) = tracker.attempts(parent, "t0000")
     assert after.run_id == record.run_id
     assert after.status == "FINISHED"
+
+
+@pytest.mark.usefixtures("backoff")
+def test_a_saved_crash_by_sigkill_is_run_again_not_recorded(project_dir: Path) -> None:
+    """A driver killed during the baseline's boot: its dying worker saw the server killed with
+    it and saved a crash (exit -9, as a clean-clone CI run of test_resume left it). The retry does
+    not charge that kill to the configuration: the lost attempt is closed and the trial runs."""
+    spec = make_spec(project_dir / "sweeps", name="killed", budget={"trials": 2})
+    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
+    tracker = Tracker(uri, spec.experiment)
+    parent, _ = tracker.start_sweep(spec, state_id="killed", simulate=True)
+    trials = project_dir / "trials"
+    ctx = TrialContext(
+        backend=SimBackend(spec, grace_s=2.0),
+        tracker=tracker,
+        parent_run_id=parent,
+        trials_dir=trials,
+    )
+    base = baseline_config(spec)
+    lost = trainable._open(ctx, "t0000", base, 1, ctx.backend.fingerprint(), system_metrics=False)
+    folder = trials / "t0000" / "attempt1"
+    folder.mkdir(parents=True)
+    (folder / names.RUN_ID_FILE).write_text(lost)
+    killed = TrialResult(
+        trial_id="t0000",
+        config=base,
+        failure_mode=FailureMode.CRASH,
+        reason="crash: exited with code -9 (SIGKILL) before ready",
+        exit_code=-9,
+        elapsed_s=0.153,
+    )
+    (folder / names.RESULT_FILE).write_text(json.dumps(killed.to_dict()))
+
+    config = {**base, names.CONFIG_TRIAL_ID: "t0000", names.CONFIG_ATTEMPT: 2}
+    out = run_and_record(config, ctx)
+    assert out["failure_mode"] == "none"
+    assert out["output_throughput"] > 0
+    assert sorted(p.name for p in (trials / "t0000").iterdir()) == ["attempt1", "attempt2"]
+    first, second = sorted(tracker.attempts(parent, "t0000"), key=lambda r: r.start_time)
+    assert first.run_id == lost
+    assert first.status == "KILLED"
+    assert first.failure_mode is FailureMode.NODE_LOST
+    assert second.status == "FINISHED"
+    assert second.failure_mode is FailureMode.NONE
+
+    # A crash the engine reported itself is still the configuration's (another sweep, so the
+    # record above does not answer it): recorded from the saved outcome, not run again.
+    parent2, _ = tracker.start_sweep(spec, state_id="crashed", simulate=True)
+    ctx2 = replace(ctx, parent_run_id=parent2, trials_dir=project_dir / "trials2")
+    other = trainable._open(ctx2, "t0000", base, 1, ctx.backend.fingerprint(), system_metrics=False)
+    folder2 = ctx2.trials_dir / "t0000" / "attempt1"
+    folder2.mkdir(parents=True)
+    (folder2 / names.RUN_ID_FILE).write_text(other)
+    crashed = replace(killed, reason="crash: exited with code 1", exit_code=1)
+    (folder2 / names.RESULT_FILE).write_text(json.dumps(crashed.to_dict()))
+    out = run_and_record(dict(config), ctx2)
+    assert out["failure_mode"] == "crash"
+    assert sorted(p.name for p in folder2.parent.iterdir()) == ["attempt1"]
+    (record,) = tracker.attempts(parent2, "t0000")
+    assert record.run_id == other
+    assert record.status == "FINISHED"
