@@ -22,7 +22,7 @@ from spec_sweep.node.log_patterns import (
     LogPattern,
 )
 
-__all__ = ["Classification", "classify", "find_child_failed", "find_fatal"]
+__all__ = ["Classification", "classify", "find_child_failed", "find_fatal", "killed_unexplained"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +295,23 @@ def _decided(mode: FailureMode, lines: list[str], index: int) -> Classification:
         mode=mode,
         reason=f"{_LABELS[mode]}: {_one_line(lines[index])}",
         excerpt=_excerpt(lines, index),
+    )
+
+
+#: Signals that end a server from outside. SGLang's own `kill_process_tree(os.getpid())`
+#: SIGKILLs itself too, but only after its log says what went wrong.
+_OUTSIDE_SIGNALS = frozenset({-signal.SIGKILL, -signal.SIGTERM})
+
+
+def killed_unexplained(mode: FailureMode, reason: str, exit_code: int | None) -> bool:
+    """Whether a crash is a SIGKILL or SIGTERM that nothing in the log explains: no fatal line
+    decided it and no exception was logged (the reason rules 7 and 8 give, without a last
+    exception). Such a kill came from outside the server: the machine, or our own teardown."""
+    return (
+        mode is FailureMode.CRASH
+        and exit_code in _OUTSIDE_SIGNALS
+        and f"exited with {_describe_exit(exit_code)}" in reason
+        and "; last exception:" not in reason
     )
 
 

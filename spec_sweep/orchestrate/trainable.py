@@ -12,8 +12,9 @@ Recording then closes the child run FINISHED before the function returns to Tune
 (docs/design.md, "Resume"). If the store fails while recording (or the driver dies before the
 record is complete), the trial is not lost and never runs again: the retry (Tune's, or a
 resumed sweep's) finds `result.json` and records it under the attempt's own child run instead
-of launching the server, unless it is a crash by SIGKILL or SIGTERM: a dying worker sees its
-server killed with it, which is ours, not the configuration's, and the trial runs again.
+of launching the server, unless it is a SIGKILL or SIGTERM that nothing in the server's log
+explains: a dying worker sees its server killed with it, which is ours, not the
+configuration's, and the trial runs again.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -37,6 +37,7 @@ from spec_sweep.core.outcome import FailureMode, TrialReport, TrialResult
 from spec_sweep.core.record import TrialRecord, kill_tags
 from spec_sweep.errors import TrialError
 from spec_sweep.node.backends import TrialBackend
+from spec_sweep.node.classify import killed_unexplained
 from spec_sweep.node.command import ServerCommand, build_command
 from spec_sweep.node.server import kill_recorded_servers
 from spec_sweep.orchestrate.cluster import node_id
@@ -207,29 +208,24 @@ def _close_lost(ctx: TrialContext, trial_id: str, attempt: int) -> int:
     return max(attempt, len(previous) + 1)
 
 
-#: Exit statuses of a server killed by a signal the engine never sends itself: on a retry they
-#: are the teardown of a dead driver's worker (or an earlier attempt's leftovers being stopped).
-_KILLED = frozenset({-signal.SIGKILL, -signal.SIGTERM})
-
-
 def _saved_result(
     ctx: TrialContext, trial_id: str, config: Config
 ) -> tuple[TrialResult, str, Path] | None:
     """The newest saved outcome of this trial and configuration, with its run id and folder.
 
-    A saved crash whose server was killed by SIGKILL or SIGTERM is not an outcome: the retry
-    runs only after the attempt's driver or worker died, and a dying worker sees its server
-    killed with it (the launching thread's death signal, or the process-tree cleanup) and saves
-    that as a crash. Charging it to the configuration would make our own kill its failure (a
-    driver killed during the baseline's boot recorded the baseline as a crash), so the trial
-    runs again."""
+    A saved crash that is a SIGKILL or SIGTERM nothing in the log explains
+    (`classify.killed_unexplained`) is not an outcome: the retry runs only after the attempt's
+    driver or worker died, and a dying worker sees its server killed with it (the launching
+    thread's death signal, or the process-tree cleanup) and saves that as a crash. Charging it
+    to the configuration would make our own kill its failure (a driver killed during the
+    baseline's boot recorded the baseline as a crash), so the trial runs again."""
     key = config_key(config)
     found: tuple[TrialResult, str, Path] | None = None
     for path in sorted((ctx.trials_dir / trial_id).glob(f"attempt*/{names.RESULT_FILE}")):
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             result = TrialResult.from_dict(json.loads(path.read_text()))
             run_id = (path.parent / names.RUN_ID_FILE).read_text().strip()
-            killed = result.failure_mode is FailureMode.CRASH and result.exit_code in _KILLED
+            killed = killed_unexplained(result.failure_mode, result.reason, result.exit_code)
             if config_key(normalize_config(ctx.backend.spec, result.config)) == key and not killed:
                 found = (result, run_id, path.parent)
     return found

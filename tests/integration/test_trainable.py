@@ -171,15 +171,19 @@ def test_a_saved_crash_by_sigkill_is_run_again_not_recorded(project_dir: Path) -
     assert second.status == "FINISHED"
     assert second.failure_mode is FailureMode.NONE
 
-    # A crash the engine reported itself is still the configuration's (another sweep, so the
-    # record above does not answer it): recorded from the saved outcome, not run again.
+    # A crash the engine explained is still the configuration's, even by SIGKILL (SGLang's own
+    # kill_process_tree after an exception; another sweep, so the record above does not answer
+    # it): recorded from the saved outcome, not run again.
     parent2, _ = tracker.start_sweep(spec, state_id="crashed", simulate=True)
     ctx2 = replace(ctx, parent_run_id=parent2, trials_dir=project_dir / "trials2")
     other = trainable._open(ctx2, "t0000", base, 1, ctx.backend.fingerprint(), system_metrics=False)
     folder2 = ctx2.trials_dir / "t0000" / "attempt1"
     folder2.mkdir(parents=True)
     (folder2 / names.RUN_ID_FILE).write_text(other)
-    crashed = replace(killed, reason="crash: exited with code 1", exit_code=1)
+    crashed = replace(
+        killed, reason=killed.reason + "; last exception: RuntimeError: CUDA error: an illegal "
+        "memory access was encountered",
+    )  # fmt: skip
     (folder2 / names.RESULT_FILE).write_text(json.dumps(crashed.to_dict()))
     out = run_and_record(dict(config), ctx2)
     assert out["failure_mode"] == "crash"

@@ -11,7 +11,13 @@ import pytest
 
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.errors import SpecSweepError, TrialError
-from spec_sweep.node.classify import Classification, _keywords_of, classify, find_fatal
+from spec_sweep.node.classify import (
+    Classification,
+    _keywords_of,
+    classify,
+    find_fatal,
+    killed_unexplained,
+)
 from spec_sweep.node.log_patterns import LOG_PATTERNS, LogPattern
 
 
@@ -579,6 +585,26 @@ zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:29236')
     assert "code -9 (SIGKILL)" in result.reason
     assert "zmq.error.ZMQError: Address already in use" in result.reason
     assert result.excerpt.endswith("It usually means the child failed.")
+
+
+def test_a_kill_nothing_in_the_log_explains_is_told_apart() -> None:
+    """SIGKILL or SIGTERM with no fatal line and no exception came from outside the server (what
+    a retry does not charge to the configuration); SGLang's own kill_process_tree after an
+    exception, a segfault, or our own hang verdict did not."""
+    for code in (-9, -15):
+        for ready in (False, True):
+            result = classify(log_text="Load weight begin.\n", exit_code=code, ready=ready)
+            assert killed_unexplained(result.mode, result.reason, code), result.reason
+    explained = """\
+[2025-09-01 10:00:20 TP0] Scheduler hit an exception: Traceback (most recent call last):
+zmq.error.ZMQError: Address already in use (addr='tcp://127.0.0.1:29236')
+[2025-09-01 10:00:20] Received sigquit from a child process. It usually means the child failed.
+"""
+    result = classify(log_text=explained, exit_code=-9, ready=False)
+    assert not killed_unexplained(result.mode, result.reason, -9)
+    result = classify(log_text="", exit_code=-11, ready=False)
+    assert not killed_unexplained(result.mode, result.reason, -11)
+    assert not killed_unexplained(FailureMode.HANG, "hang: the server stopped answering", -9)
 
 
 def test_segfault_before_ready_names_the_signal() -> None:
