@@ -214,11 +214,12 @@ def _saved_result(
     """The newest saved outcome of this trial and configuration, with its run id and folder.
 
     A saved crash that is a SIGKILL or SIGTERM nothing in the log explains
-    (`classify.killed_unexplained`) is not an outcome: the retry runs only after the attempt's
-    driver or worker died, and a dying worker sees its server killed with it (the launching
-    thread's death signal, or the process-tree cleanup) and saves that as a crash. Charging it
-    to the configuration would make our own kill its failure (a driver killed during the
-    baseline's boot recorded the baseline as a crash), so the trial runs again."""
+    (`classify.killed_unexplained`) is not an outcome: a retry follows a store error or a dead
+    driver or worker, and a dying worker sees its server killed with it (the launching thread's
+    death signal, or the process-tree cleanup) and saves that as a crash. Charging it to the
+    configuration would make our own kill its failure (a driver killed during the baseline's
+    boot recorded the baseline as a crash), and the saved outcome cannot tell the two cases
+    apart, so the trial runs again (one boot more after a store error)."""
     key = config_key(config)
     found: tuple[TrialResult, str, Path] | None = None
     for path in sorted((ctx.trials_dir / trial_id).glob(f"attempt*/{names.RESULT_FILE}")):
