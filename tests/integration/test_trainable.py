@@ -52,20 +52,25 @@ def backoff(monkeypatch: pytest.MonkeyPatch) -> _Backoff:
     return clock
 
 
-def test_a_store_error_while_recording_keeps_the_trial(
-    project_dir: Path, backoff: _Backoff
-) -> None:
-    spec = make_spec(project_dir / "sweeps", name="record", budget={"trials": 2})
-    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
-    tracker = Tracker(uri, spec.experiment)
-    parent, _ = tracker.start_sweep(spec, state_id="record", simulate=True)
-    trials = project_dir / "trials"
+def _sweep(project_dir: Path, name: str) -> tuple[Any, Tracker, str, TrialContext]:
+    """A two-trial sweep on the simulated node: its spec, tracker, parent run and trial context."""
+    spec = make_spec(project_dir / "sweeps", name=name, budget={"trials": 2})
+    tracker = Tracker(f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}", spec.experiment)
+    parent, _ = tracker.start_sweep(spec, state_id=name, simulate=True)
     ctx = TrialContext(
         backend=SimBackend(spec, grace_s=2.0),
         tracker=tracker,
         parent_run_id=parent,
-        trials_dir=trials,
+        trials_dir=project_dir / "trials",
     )
+    return spec, tracker, parent, ctx
+
+
+def test_a_store_error_while_recording_keeps_the_trial(
+    project_dir: Path, backoff: _Backoff
+) -> None:
+    spec, tracker, parent, ctx = _sweep(project_dir, "record")
+    trials = ctx.trials_dir
     config = {**baseline_config(spec), names.CONFIG_TRIAL_ID: "t0000", names.CONFIG_ATTEMPT: 1}
 
     artifacts = project_dir / "mlruns" / "artifacts" / spec.experiment
@@ -97,17 +102,8 @@ def test_a_store_error_while_recording_keeps_the_trial(
 def test_a_saved_outcome_closed_by_a_resumed_driver_is_recorded_not_run(project_dir: Path) -> None:
     """The driver died after the trial saved its outcome, before the record was complete: the
     resumed driver closed the attempt's run KILLED; the retry records the outcome in that run."""
-    spec = make_spec(project_dir / "sweeps", name="resumed", budget={"trials": 2})
-    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
-    tracker = Tracker(uri, spec.experiment)
-    parent, _ = tracker.start_sweep(spec, state_id="resumed", simulate=True)
-    trials = project_dir / "trials"
-    ctx = TrialContext(
-        backend=SimBackend(spec, grace_s=2.0),
-        tracker=tracker,
-        parent_run_id=parent,
-        trials_dir=trials,
-    )
+    spec, tracker, parent, ctx = _sweep(project_dir, "resumed")
+    trials = ctx.trials_dir
     config = {**baseline_config(spec), names.CONFIG_TRIAL_ID: "t0000", names.CONFIG_ATTEMPT: 1}
     artifacts = project_dir / "mlruns" / "artifacts" / spec.experiment
     shutil.rmtree(artifacts)
@@ -133,17 +129,8 @@ def test_a_saved_crash_by_sigkill_is_run_again_not_recorded(project_dir: Path) -
     """A driver killed during the baseline's boot: its dying worker saw the server killed with
     it and saved a crash (exit -9, as a clean-clone CI run of test_resume left it). The retry does
     not charge that kill to the configuration: the lost attempt is closed and the trial runs."""
-    spec = make_spec(project_dir / "sweeps", name="killed", budget={"trials": 2})
-    uri = f"sqlite:///{project_dir / 'mlruns' / 'mlflow.db'}"
-    tracker = Tracker(uri, spec.experiment)
-    parent, _ = tracker.start_sweep(spec, state_id="killed", simulate=True)
-    trials = project_dir / "trials"
-    ctx = TrialContext(
-        backend=SimBackend(spec, grace_s=2.0),
-        tracker=tracker,
-        parent_run_id=parent,
-        trials_dir=trials,
-    )
+    spec, tracker, parent, ctx = _sweep(project_dir, "killed")
+    trials = ctx.trials_dir
     base = baseline_config(spec)
     lost = trainable._open(ctx, "t0000", base, 1, ctx.backend.fingerprint(), system_metrics=False)
     folder = trials / "t0000" / "attempt1"
