@@ -12,10 +12,13 @@ import os
 import secrets
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
+from spec_sweep.errors import SpecError
 from spec_sweep.spec import SweepSpec
 
 __all__ = [
+    "check_tracking_uri",
     "default_state_root",
     "default_tracking_uri",
     "manual_trial_dir",
@@ -58,9 +61,39 @@ def manual_trial_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Pa
     return path
 
 
+def check_tracking_uri(uri: str, *, field: str) -> None:
+    """Refuse a folder store before anything starts, unless MLflow is told to accept one.
+
+    MLflow 3 refuses a tracking store kept as plain files (a path, or a `file:` URI) unless
+    `MLFLOW_ALLOW_FILE_STORE` is true; it says so only when the store is first opened, after
+    the sweep's state folder exists and its Ray cluster started, and without naming our option.
+
+    Raises:
+        SpecError: `uri` is a folder store and `MLFLOW_ALLOW_FILE_STORE` is not true.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        return
+    from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE  # heavy: only for a folder
+
+    if MLFLOW_ALLOW_FILE_STORE.get():  # type: ignore[no-untyped-call]
+        return
+    folder = Path(parsed.path if parsed.scheme else uri).expanduser().resolve()
+    raise SpecError(
+        f"{field}: {uri!r} is a folder store, which MLflow refuses: use "
+        f"sqlite:///{folder / 'mlflow.db'} (a database in that folder), or set "
+        "MLFLOW_ALLOW_FILE_STORE=true to keep the folder store"
+    )
+
+
 def resolve_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
-    """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store."""
+    """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store.
+
+    Raises:
+        SpecError: a folder store MLflow would refuse (`check_tracking_uri`).
+    """
     uri = override or spec.tracking.uri or default_tracking_uri()
+    check_tracking_uri(uri, field="--tracking-uri" if override else "tracking.uri")
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return uri
