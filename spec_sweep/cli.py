@@ -193,10 +193,9 @@ def _load(args: argparse.Namespace) -> SweepSpec:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     spec = _load(args)
-    if spec.tracking.uri:
-        from spec_sweep.store.paths import check_tracking_uri
+    from spec_sweep.store.paths import check_tracking_uri
 
-        check_tracking_uri(spec.tracking.uri, field="tracking.uri")
+    check_tracking_uri(spec)
     n_params = len(spec.params)
     _out.print(
         f"{Path(args.sweep)}: ok: sweep {spec.name!r}, {n_params} parameters, "
@@ -334,7 +333,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     spec = _load(args)
     overrides = _parse_sets(spec, args.sets)
     from spec_sweep.core.config import resolve_config
-    from spec_sweep.store.paths import manual_trial_dir, resolve_tracking_uri
+    from spec_sweep.store.paths import check_tracking_uri, manual_trial_dir
 
     # spec_sweep's own adaptive keys need not be parameters of the space (core.adaptive).
     own = [k for k in _ADAPTIVE_KEYS if k in overrides and k not in spec.params]
@@ -347,8 +346,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         from spec_sweep.core.config import normalize_config
 
         config = normalize_config(spec, {**config, **derived})
-    if args.tracking_uri or spec.tracking.uri:
-        resolve_tracking_uri(spec, args.tracking_uri)  # a store it cannot record to: say so first
+    check_tracking_uri(spec, args.tracking_uri)  # a store it cannot record to: say so first
     backend = _backend(spec, args)
     trial_dir = manual_trial_dir(spec)
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name)

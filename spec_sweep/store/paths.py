@@ -61,23 +61,29 @@ def manual_trial_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Pa
     return path
 
 
-def check_tracking_uri(uri: str, *, field: str) -> None:
-    """Refuse a folder store before anything starts, unless MLflow is told to accept one.
+def check_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
+    """The store `resolve_tracking_uri` picks, refused first if MLflow would refuse it.
 
     MLflow 3 refuses a tracking store kept as plain files (a path, or a `file:` URI) unless
     `MLFLOW_ALLOW_FILE_STORE` is true; it says so only when the store is first opened, after
     the sweep's state folder exists and its Ray cluster started, and without naming our option.
+    Creates nothing.
 
     Raises:
-        SpecError: `uri` is a folder store and `MLFLOW_ALLOW_FILE_STORE` is not true.
+        SpecError: a folder store while `MLFLOW_ALLOW_FILE_STORE` is not true (one line naming
+            `--tracking-uri` or the spec's file and `tracking.uri`, the value and the fix).
     """
+    uri = override or spec.tracking.uri or default_tracking_uri()
     parsed = urlparse(uri)
     if parsed.scheme not in ("", "file"):
-        return
+        return uri
     from mlflow.environment_variables import MLFLOW_ALLOW_FILE_STORE  # heavy: only for a folder
 
     if MLFLOW_ALLOW_FILE_STORE.get():  # type: ignore[no-untyped-call]
-        return
+        return uri
+    field = "--tracking-uri" if override else "tracking.uri"
+    if not override and spec.source:
+        field = f"{spec.source}: {field}"
     folder = Path(parsed.path if parsed.scheme else uri).expanduser().resolve()
     raise SpecError(
         f"{field}: {uri!r} is a folder store, which MLflow refuses: use "
@@ -92,8 +98,7 @@ def resolve_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
     Raises:
         SpecError: a folder store MLflow would refuse (`check_tracking_uri`).
     """
-    uri = override or spec.tracking.uri or default_tracking_uri()
-    check_tracking_uri(uri, field="--tracking-uri" if override else "tracking.uri")
+    uri = check_tracking_uri(spec, override)
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return uri

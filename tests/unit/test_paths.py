@@ -11,19 +11,30 @@ from pathlib import Path
 import pytest
 
 from spec_sweep.errors import SpecError
+from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_load import load_spec
 from spec_sweep.store.paths import check_tracking_uri, resolve_tracking_uri
 
 _ROOT = Path(__file__).resolve().parents[2]
+_SWEEP = _ROOT / "sweeps" / "allreduce.yaml"
+
+
+@pytest.fixture
+def spec(monkeypatch: pytest.MonkeyPatch) -> SweepSpec:
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    return load_spec(_SWEEP)
+
+
+def _with_uri(spec: SweepSpec, uri: str) -> SweepSpec:
+    return spec.model_copy(update={"tracking": spec.tracking.model_copy(update={"uri": uri})})
 
 
 @pytest.mark.parametrize("uri", ["file:///tmp/somewhere/mlruns", "./mlruns", "/tmp/mlruns"])
 def test_a_folder_store_is_refused_naming_the_option_the_value_and_the_fix(
-    uri: str, monkeypatch: pytest.MonkeyPatch
+    uri: str, spec: SweepSpec
 ) -> None:
-    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     with pytest.raises(SpecError) as err:
-        check_tracking_uri(uri, field="--tracking-uri")
+        check_tracking_uri(spec, uri)
     text = str(err.value)
     assert "\n" not in text
     assert text.startswith(f"--tracking-uri: {uri!r} is a folder store")
@@ -32,36 +43,25 @@ def test_a_folder_store_is_refused_naming_the_option_the_value_and_the_fix(
     assert "MLFLOW_ALLOW_FILE_STORE=true" in text
 
 
+def test_in_the_spec_the_error_names_its_file_and_field(spec: SweepSpec) -> None:
+    with pytest.raises(SpecError, match=rf"^{_SWEEP}: tracking.uri: 'file:///tmp/b' is a folder"):
+        resolve_tracking_uri(_with_uri(spec, "file:///tmp/b"))
+
+
 def test_a_database_or_server_store_passes_and_mlflows_switch_allows_a_folder(
-    monkeypatch: pytest.MonkeyPatch,
+    spec: SweepSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    assert check_tracking_uri(spec).startswith("sqlite:///")  # the project's default
     for uri in ("sqlite:////tmp/mlruns/mlflow.db", "http://127.0.0.1:5000", "postgresql://db/x"):
-        check_tracking_uri(uri, field="--tracking-uri")
+        assert check_tracking_uri(spec, uri) == uri
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    check_tracking_uri("file:///tmp/somewhere/mlruns", field="--tracking-uri")
+    assert check_tracking_uri(spec, "file:///tmp/x") == "file:///tmp/x"
 
 
-def test_the_error_names_where_the_uri_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    spec = load_spec(_ROOT / "sweeps" / "allreduce.yaml")
-    with pytest.raises(SpecError, match=r"^--tracking-uri: '/tmp/a'"):
-        resolve_tracking_uri(spec, "/tmp/a")
-    in_spec = spec.model_copy(
-        update={"tracking": spec.tracking.model_copy(update={"uri": "file:///tmp/b"})}
-    )
-    with pytest.raises(SpecError, match=r"^tracking.uri: 'file:///tmp/b'"):
-        resolve_tracking_uri(in_spec)
-
-
-def test_run_with_a_folder_store_exits_2_with_one_line_and_leaves_no_sweep(
-    tmp_path: Path,
-) -> None:
-    state = tmp_path / "state"
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}
-    argv = ["sweeps/allreduce.yaml", "--simulate", "--state-dir", str(state)]
-    refused = subprocess.run(
-        [sys.executable, "-m", "spec_sweep.run", *argv, "--tracking-uri", f"file://{tmp_path}/m"],
+    return subprocess.run(
+        [sys.executable, "-m", "spec_sweep", *args],
         cwd=_ROOT,
         capture_output=True,
         text=True,
@@ -69,9 +69,25 @@ def test_run_with_a_folder_store_exits_2_with_one_line_and_leaves_no_sweep(
         check=False,
         env=env,
     )
+
+
+def test_run_and_validate_refuse_a_folder_store_with_one_line_and_leave_nothing(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    uri = f"file://{tmp_path}/m"
+    refused = _cli(
+        "run", str(_SWEEP), "--simulate", "--state-dir", str(state), "--tracking-uri", uri
+    )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, refused.stderr
     assert f"sqlite:///{tmp_path}/m/mlflow.db" in lines[0]
     assert not (state / "allreduce").exists()
     assert not (tmp_path / "m").exists()
+
+    in_spec = tmp_path / "sweep.yaml"
+    in_spec.write_text(_SWEEP.read_text() + f"\ntracking:\n  uri: {uri}\n")
+    invalid = _cli("validate", str(in_spec))
+    assert invalid.returncode == 2, invalid.stdout + invalid.stderr
+    assert f"{in_spec}: tracking.uri: {uri!r} is a folder store" in invalid.stderr
