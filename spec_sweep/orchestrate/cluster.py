@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import psutil
 import ray
 
-from spec_sweep.errors import SpecSweepError
+from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.spec import SweepSpec
 from spec_sweep.store.state import SweepState
 
@@ -32,6 +33,9 @@ __all__ = ["NODE_RESOURCE", "RAY_VERSION", "check_cluster", "node_id", "ray_pids
 NODE_RESOURCE = "spec_sweep_node"
 #: The Ray version whose private API this module was checked against.
 RAY_VERSION = "2.60.0"
+#: Seconds to wait for a TCP answer at a cluster's address before refusing it.
+_PROBE_TIMEOUT_S = 5.0
+_LOOPBACK = frozenset({"localhost", "127.0.0.1"})
 
 
 def node_id() -> str:
@@ -71,6 +75,7 @@ def start_ray(spec: SweepSpec, *, address: str | None, simulated: bool, state: S
     """Connect to (or start) Ray; returns whether this call started a local cluster."""
     if ray.is_initialized():
         return False
+    given = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     _quiet_logs(state.path / "driver.log")
     quiet: dict[str, Any] = {
@@ -79,10 +84,11 @@ def start_ray(spec: SweepSpec, *, address: str | None, simulated: bool, state: S
         "include_dashboard": False,
     }
     if address:
+        _probe(address, given=given)
         _token_auth_like_head()
         try:
             ray.init(address=address, **quiet)
-        except ConnectionError as exc:
+        except (ConnectionError, RuntimeError) as exc:  # RuntimeError: "Failed to connect to GCS"
             raise SpecSweepError(_join_failure(address, exc)) from exc
         _quiet_logs(state.path / "driver.log")
         return False
@@ -99,6 +105,40 @@ def start_ray(spec: SweepSpec, *, address: str | None, simulated: bool, state: S
     )
     _quiet_logs(state.path / "driver.log")
     return True
+
+
+def _probe(address: str, *, given: str) -> None:
+    """Refuse at once a `host:port` (or `ray://host:port`) where nothing answers.
+
+    Ray's own join retries for minutes (20 tries of about 40 s each in Ray 2.60) before it
+    fails, printing a warning every few seconds, so a mistyped address or a stale `RAY_ADDRESS`
+    looked like a hung sweep. Ray joins a loopback address at this machine's IP, so both are
+    tried. `auto`, `local` and anything not `host:port` are left to Ray.
+
+    Raises:
+        SpecError: no TCP answer at the address (nothing launched).
+    """
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    host = host.strip("[]")
+    hosts = [host]
+    if host in _LOOPBACK:
+        with contextlib.suppress(Exception):
+            hosts.append(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    error: OSError | None = None
+    for candidate in dict.fromkeys(hosts):
+        try:
+            with socket.create_connection((candidate, int(port)), timeout=_PROBE_TIMEOUT_S):
+                return
+        except OSError as exc:
+            error = exc
+    reason = (error.strerror if error is not None else None) or str(error) or "no answer"
+    raise SpecError(
+        f"{given}: {address!r}: nothing answers there ({reason}): check the head's address and "
+        "port (`ray start --head` prints them), or leave --address and RAY_ADDRESS unset to run "
+        "on a local cluster"
+    )
 
 
 def _token_auth_like_head() -> None:
@@ -129,7 +169,7 @@ def _has_token() -> bool:
         return True  # cannot tell: say nothing about tokens
 
 
-def _join_failure(address: str, exc: ConnectionError) -> str:
+def _join_failure(address: str, exc: Exception) -> str:
     """The one-line error for a cluster that refused or never answered this driver."""
     if not _has_token():
         return (

@@ -58,11 +58,11 @@ def test_a_database_or_server_store_passes_and_mlflows_switch_allows_a_folder(
     assert check_tracking_uri(spec, "file:///tmp/x") == "file:///tmp/x"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}
     return subprocess.run(
         [sys.executable, "-m", "spec_sweep", *args],
-        cwd=_ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
@@ -77,7 +77,14 @@ def test_run_and_validate_refuse_a_folder_store_with_one_line_and_leave_nothing(
     state = tmp_path / "state"
     uri = f"file://{tmp_path}/m"
     refused = _cli(
-        "run", str(_SWEEP), "--simulate", "--state-dir", str(state), "--tracking-uri", uri
+        "run",
+        str(_SWEEP),
+        "--simulate",
+        "--state-dir",
+        str(state),
+        "--tracking-uri",
+        uri,
+        cwd=tmp_path,
     )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
@@ -88,6 +95,6 @@ def test_run_and_validate_refuse_a_folder_store_with_one_line_and_leave_nothing(
 
     in_spec = tmp_path / "sweep.yaml"
     in_spec.write_text(_SWEEP.read_text() + f"\ntracking:\n  uri: {uri}\n")
-    invalid = _cli("validate", str(in_spec))
+    invalid = _cli("validate", str(in_spec), cwd=tmp_path)
     assert invalid.returncode == 2, invalid.stdout + invalid.stderr
     assert f"{in_spec}: tracking.uri: {uri!r} is a folder store" in invalid.stderr
