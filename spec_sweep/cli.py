@@ -291,7 +291,10 @@ def _parse_sets(spec: SweepSpec, sets: Sequence[str]) -> dict[str, Scalar]:
             )
         value = parse_value(text)
         if not spec.params[key].contains(value):
-            raise SpecError(f"--set {key}: {value!r} is not a value this parameter can take")
+            raise SpecError(
+                f"--set {key}: {value!r} is not a value this parameter can take: use "
+                f"{spec.params[key].domain()}"
+            )
         values[key] = value
     return values
 

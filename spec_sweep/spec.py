@@ -160,6 +160,15 @@ class ParamSpec(_Model):
         lo_f, hi_f = self.float_range
         return lo_f <= value <= hi_f
 
+    def domain(self) -> str:
+        """The values it takes, for an error's fix: "one of 32, 64, 128", "an integer in [1, 7]"."""
+        if self.choices is not None:
+            return "one of " + ", ".join("null" if c is None else repr(c) for c in self.choices)
+        if self.int_range is not None:
+            return f"an integer in [{self.int_range[0]}, {self.int_range[1]}]"
+        assert self.float_range is not None
+        return f"a number in [{self.float_range[0]}, {self.float_range[1]}]"
+
     def values(self) -> list[Scalar]:
         """Every value of a discrete parameter (choices, int range, float range with step).
 

@@ -404,7 +404,10 @@ def _check_baseline(fail: Any, spec: SweepSpec) -> None:
                 f"{key!r} is not a parameter of the search space: use one of {sorted(params)}",
             )
         if not params[key].contains(value):
-            fail(f"baseline.{key}", f"{value!r} is not a value this parameter can take")
+            fail(
+                f"baseline.{key}",
+                f"{value!r} is not a value this parameter can take: use {params[key].domain()}",
+            )
     _check_baseline_complete(fail, spec)
 
 

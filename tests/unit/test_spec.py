@@ -273,7 +273,7 @@ BAD = [
         ),
         None,
         "baseline.mem-fraction-static",
-        "0.99",
+        "0.99 is not a value this parameter can take: use a number in [",
     ),
     (
         "bad mode",
@@ -482,6 +482,19 @@ def test_bad_spec_exit_code_2(
     assert len(err.splitlines()) == 1
     assert err.startswith("spec-sweep: error: ")
     assert "Traceback" not in err
+
+
+def test_a_set_value_outside_the_space_names_the_values_it_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD, FRAGMENT)
+    argv = ["trial", str(path), "--simulate", "--set", "speculative-num-steps=9"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "spec-sweep: error: --set speculative-num-steps: 9 is not a value this parameter can "
+        "take: use an integer in [1, 7]"
+    )
 
 
 def test_fragment_error_names_fragment_file(tmp_path: Path) -> None:
