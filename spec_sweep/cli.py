@@ -135,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "sweep", metavar="SWEEP.yaml", nargs="?", help="show this sweep (default: the latest)"
     )
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=_port, default=5000)
     ui.add_argument("--tracking-uri", metavar="URI")
     ui.add_argument("--open", action="store_true", help="open the trials view in a browser")
     _add_common(ui)
@@ -161,6 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         _fail(args, exc, unexpected=True)
         return EXIT_ERROR
+
+
+def _port(text: str) -> int:
+    """argparse type of a TCP port (1-65535)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use a number 1-65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {port}: use a number 1-65535")
+    return port
 
 
 def _fail(args: argparse.Namespace, exc: BaseException, *, unexpected: bool = False) -> None:

@@ -513,3 +513,19 @@ def test_duplicate_parameter_across_fragments(tmp_path: Path) -> None:
     path.write_text(GOOD.replace("include: [spec.yaml]", "include: [a.yaml, b.yaml]"))
     with pytest.raises(SpecError, match=r"duplicate parameter, already defined in a\.yaml"):
         load_spec(path)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "http"])
+def test_ui_port_outside_1_to_65535_is_refused_before_a_server_starts(
+    port: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["ui", "--port", port])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert (
+        f"argument --port: invalid port {port if port == 'http' else int(port)!r}"
+        in err.replace("'http'", "'http'")
+    )
+    assert "use a number 1-65535" in err
