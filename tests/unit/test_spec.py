@@ -524,8 +524,6 @@ def test_ui_port_outside_1_to_65535_is_refused_before_a_server_starts(
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert (
-        f"argument --port: invalid port {port if port == 'http' else int(port)!r}"
-        in err.replace("'http'", "'http'")
-    )
+    assert "argument --port: invalid port" in err
+    assert port in err
     assert "use a number 1-65535" in err
