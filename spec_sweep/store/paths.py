@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -26,6 +27,10 @@ __all__ = [
     "resolve_tracking_uri",
     "sweep_state_dir",
 ]
+
+
+#: Seconds to wait for a TCP answer from a tracking server before refusing it.
+_PROBE_TIMEOUT_S = 5.0
 
 
 def _project_dir() -> Path:
@@ -81,9 +86,7 @@ def check_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
 
     if MLFLOW_ALLOW_FILE_STORE.get():  # type: ignore[no-untyped-call]
         return uri
-    field = "--tracking-uri" if override else "tracking.uri"
-    if not override and spec.source:
-        field = f"{spec.source}: {field}"
+    field = _field(spec, override)
     folder = Path(parsed.path if parsed.scheme else uri).expanduser().resolve()
     raise SpecError(
         f"{field}: {uri!r} is a folder store, which MLflow refuses: use "
@@ -92,13 +95,48 @@ def check_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
     )
 
 
+def _field(spec: SweepSpec, override: str | None) -> str:
+    """Where the tracking URI came from, as an error names it."""
+    if override:
+        return "--tracking-uri"
+    return f"{spec.source}: tracking.uri" if spec.source else "tracking.uri"
+
+
+def _probe_server(uri: str, *, field: str) -> None:
+    """Refuse at once an http(s) store where nothing answers.
+
+    MLflow's client retries a refused connection with backoff: a sweep pointed at a server that
+    is down (or a mistyped port) failed after about four minutes, with its Ray cluster started,
+    in MLflow's words. A TCP connection is all this asks: any answer is left to MLflow.
+
+    Raises:
+        SpecError: no TCP answer within `_PROBE_TIMEOUT_S` (nothing launched).
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=_PROBE_TIMEOUT_S):
+            return
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    raise SpecError(
+        f"{field}: {uri!r}: no server answers there ({reason}): start the MLflow server "
+        "(mlflow server --host 0.0.0.0 --port 5000) or check its address, or leave the "
+        "tracking URI unset to use the project's mlruns/ store"
+    )
+
+
 def resolve_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
     """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store.
 
     Raises:
-        SpecError: a folder store MLflow would refuse (`check_tracking_uri`).
+        SpecError: a folder store MLflow would refuse (`check_tracking_uri`), or a server where
+            nothing answers.
     """
     uri = check_tracking_uri(spec, override)
+    _probe_server(uri, field=_field(spec, override))
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return uri

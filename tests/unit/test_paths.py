@@ -4,6 +4,7 @@ folder store only when it first opens it, after the sweep's state and Ray cluste
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,20 @@ def test_run_and_validate_refuse_a_folder_store_with_one_line_and_leave_nothing(
     invalid = _cli("validate", str(in_spec), cwd=tmp_path)
     assert invalid.returncode == 2, invalid.stdout + invalid.stderr
     assert f"{in_spec}: tracking.uri: {uri!r} is a folder store" in invalid.stderr
+
+
+def test_a_server_where_nothing_answers_is_refused_at_once(spec: SweepSpec) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        live = f"http://127.0.0.1:{server.getsockname()[1]}"
+        assert resolve_tracking_uri(spec, live) == live
+    # The port is closed now: MLflow's own client retried it for about four minutes.
+    with pytest.raises(SpecError) as err:
+        resolve_tracking_uri(spec, live)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"--tracking-uri: {live!r}: no server answers there (")
+    assert "mlflow server" in text
+    with pytest.raises(SpecError, match=rf"^{_SWEEP}: tracking.uri: '{live}': no server answers"):
+        resolve_tracking_uri(_with_uri(spec, live))
