@@ -12,11 +12,12 @@ libraries are imported only by the handlers that need them: only `run` imports R
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -161,6 +162,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         _fail(args, exc, unexpected=True)
         return EXIT_ERROR
+
+
+@contextlib.contextmanager
+def _output(path: Path) -> Iterator[None]:
+    """An `-o` path that cannot be written is the user's to fix: one line, exit 2."""
+    try:
+        yield
+    except OSError as exc:
+        raise SpecError(
+            f"-o {path}: cannot write there ({exc.strerror or exc}): use a path you can write"
+        ) from exc
 
 
 def _port(text: str) -> int:
@@ -430,6 +442,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
     )
     out_dir = Path(args.output) if args.output else state_path / "report"
+    with _output(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     result = publish_report(spec, tracker, parent, out_dir=out_dir)
     best = result.best_trial_id or "none"
     print(
@@ -453,7 +467,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     repeats = history.repeat_boots if args.repeats else []
     rows = export_rows(spec, [*history.done, *repeats])
     path = Path(args.output)
-    count = write_csv(path, export_columns(spec), rows)
+    with _output(path):
+        count = write_csv(path, export_columns(spec), rows)
     extra = f" and {len(repeats)} repeat boots" if args.repeats else ""
     print(
         f"wrote {count - len(repeats)} trials{extra} of {spec.name} to {path} "

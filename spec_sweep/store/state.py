@@ -148,7 +148,8 @@ def open_state(
     """Open (or create) a sweep's state folder, locked for this process.
 
     Raises:
-        SpecError: the spec changed since the sweep started (and not `fresh`).
+        SpecError: the spec changed since the sweep started (and not `fresh`), or the folder
+            cannot be created.
         SpecSweepError: another driver holds the sweep.
     """
     path = sweep_state_dir(spec, state_dir)
@@ -156,7 +157,14 @@ def open_state(
         _lock_or_fail(path).close()  # never move a folder another driver is using
         aside = path.with_name(f"{path.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
         path.rename(aside)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        given = "--state-dir" if state_dir else "the sweep's state folder"
+        raise SpecError(
+            f"{given}: cannot create {path} ({exc.strerror or exc}): use a folder you can write "
+            "(--state-dir DIR)"
+        ) from exc
     lock = _lock_or_fail(path)
     state_file = path / "state.json"
     print_ = fingerprint(spec, simulate=simulate)

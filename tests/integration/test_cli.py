@@ -41,9 +41,13 @@ SCRIPT = textwrap.dedent(
         ["validate", sweep_file],
         ["report", sweep_file, "--tracking-uri", uri, "-o", str(out / "report")],
         ["export", sweep_file, "--tracking-uri", uri, "-o", str(out / "trials.csv")],
+        # An output nobody can write (/proc): one line, exit 2, as every usage error.
+        ["report", sweep_file, "--tracking-uri", uri, "-o", "/proc/spec-sweep-report"],
+        ["export", sweep_file, "--tracking-uri", uri, "-o", "/proc/spec-sweep.csv"],
     ):
         code = main(argv)
-        seen[argv[0]] = {"code": code, "ray": "ray" in sys.modules}
+        name = argv[0] + (" unwritable" if argv[-1].startswith("/proc") else "")
+        seen[name] = {"code": code, "ray": "ray" in sys.modules}
     print(json.dumps(seen))
     """
 )
@@ -64,7 +68,11 @@ def test_validate_report_and_export_leave_ray_unimported(project_dir: Path) -> N
         "validate": {"code": 0, "ray": False},
         "report": {"code": 0, "ray": False},
         "export": {"code": 0, "ray": False},
+        "report unwritable": {"code": 2, "ray": False},
+        "export unwritable": {"code": 2, "ray": False},
     }
+    assert "-o /proc/spec-sweep-report: cannot write there (" in done.stderr
+    assert "-o /proc/spec-sweep.csv: cannot write there (" in done.stderr
     assert (project_dir / "report" / "report.html").is_file()
     assert (project_dir / "trials.csv").read_text().count("\n") == 2
 

@@ -116,3 +116,15 @@ def test_a_server_where_nothing_answers_is_refused_at_once(spec: SweepSpec) -> N
     assert "mlflow server" in text
     with pytest.raises(SpecError, match=rf"^{_SWEEP}: tracking.uri: '{live}': no server answers"):
         resolve_tracking_uri(_with_uri(spec, live))
+
+
+def test_a_state_folder_that_cannot_be_created_is_refused_naming_the_option(
+    spec: SweepSpec,
+) -> None:
+    from spec_sweep.store.state import open_state
+
+    with pytest.raises(SpecError) as err:
+        open_state(spec, state_dir="/proc/spec-sweep-state", fresh=False, simulate=True)
+    text = str(err.value)
+    assert text.startswith("--state-dir: cannot create /proc/spec-sweep-state/allreduce (")
+    assert "use a folder you can write" in text
