@@ -128,15 +128,22 @@ def _probe_server(uri: str, *, field: str) -> None:
     )
 
 
-def resolve_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
+def resolve_tracking_uri(
+    spec: SweepSpec, override: str | None = None, *, source: str | None = None
+) -> str:
     """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store.
+
+    Args:
+        spec: The sweep.
+        override: The URI given for this command, if any.
+        source: Where `override` came from, when not `--tracking-uri` (for the errors).
 
     Raises:
         SpecError: a folder store MLflow would refuse (`check_tracking_uri`), or a server where
             nothing answers.
     """
     uri = check_tracking_uri(spec, override)
-    _probe_server(uri, field=_field(spec, override))
+    _probe_server(uri, field=source or _field(spec, override))
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return uri

@@ -98,7 +98,12 @@ def find_sweep(
     """
     state_path = sweep_state_dir(spec, state_dir)
     state = _read_state(state_path)
-    uri = resolve_tracking_uri(spec, tracking_uri or state.get("tracking_uri"))
+    saved = state.get("tracking_uri")
+    uri = resolve_tracking_uri(
+        spec,
+        tracking_uri or saved,
+        source=None if tracking_uri or not saved else f"{state_path / 'state.json'}: tracking_uri",
+    )
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
     if tracker.client.get_experiment_by_name(spec.experiment) is None:
         raise SpecSweepError(

@@ -3,6 +3,7 @@ folder store only when it first opens it, after the sweep's state and Ray cluste
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -128,3 +129,18 @@ def test_a_state_folder_that_cannot_be_created_is_refused_naming_the_option(
     text = str(err.value)
     assert text.startswith("--state-dir: cannot create /proc/spec-sweep-state/allreduce (")
     assert "use a folder you can write" in text
+
+
+def test_a_uri_read_back_from_the_state_folder_is_named_as_such(
+    spec: SweepSpec, tmp_path: Path
+) -> None:
+    from spec_sweep.store.sweeps import find_sweep
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    state = tmp_path / "allreduce" / "state.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"tracking_uri": dead}))
+    with pytest.raises(SpecError, match=rf"^{state}: tracking_uri: '{dead}': no server answers"):
+        find_sweep(spec, tracking_uri=None, state_dir=tmp_path)
