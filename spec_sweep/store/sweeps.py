@@ -21,7 +21,7 @@ from spec_sweep.core.outcome import TrialResult
 from spec_sweep.core.secrets import secret_values
 from spec_sweep.errors import SpecSweepError
 from spec_sweep.spec import SweepSpec
-from spec_sweep.store.paths import resolve_tracking_uri, sweep_state_dir
+from spec_sweep.store.paths import check_tracking_uri, resolve_tracking_uri, sweep_state_dir
 from spec_sweep.store.tracker import Tracker
 
 __all__ = ["SweepRef", "find_sweep", "locate_sweep", "log_manual_trial"]
@@ -99,6 +99,13 @@ def find_sweep(
     state_path = sweep_state_dir(spec, state_dir)
     state = _read_state(state_path)
     saved = state.get("tracking_uri")
+    wanted = check_tracking_uri(spec, tracking_uri or saved)
+    if wanted.startswith("sqlite:///") and not Path(wanted[len("sqlite:///") :]).is_file():
+        # Opening a SQLite store creates it: say there is none instead of leaving an empty one.
+        raise SpecSweepError(
+            f"no MLflow store at {wanted}: run the sweep first "
+            f"(spec-sweep run {spec.source or 'SWEEP.yaml'}), or pass --tracking-uri"
+        )
     uri = resolve_tracking_uri(
         spec,
         tracking_uri or saved,

@@ -144,3 +144,15 @@ def test_a_uri_read_back_from_the_state_folder_is_named_as_such(
     state.write_text(json.dumps({"tracking_uri": dead}))
     with pytest.raises(SpecError, match=rf"^{state}: tracking_uri: '{dead}': no server answers"):
         find_sweep(spec, tracking_uri=None, state_dir=tmp_path)
+
+
+def test_report_and_export_where_no_store_exists_say_so_and_create_none(
+    spec: SweepSpec, tmp_path: Path
+) -> None:
+    from spec_sweep.errors import SpecSweepError
+    from spec_sweep.store.sweeps import find_sweep
+
+    db = tmp_path / "mlruns" / "mlflow.db"
+    with pytest.raises(SpecSweepError, match=rf"^no MLflow store at sqlite:///{db}: run the sweep"):
+        find_sweep(spec, tracking_uri=f"sqlite:///{db}", state_dir=tmp_path / "state")
+    assert not (tmp_path / "mlruns").exists()  # opening a SQLite store would have created it
