@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import ray
 
 from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.spec import SweepSpec
+from spec_sweep.store.paths import tcp_refusal
 from spec_sweep.store.state import SweepState
 
 __all__ = ["NODE_RESOURCE", "RAY_VERSION", "check_cluster", "node_id", "ray_pids", "start_ray"]
@@ -33,8 +33,6 @@ __all__ = ["NODE_RESOURCE", "RAY_VERSION", "check_cluster", "node_id", "ray_pids
 NODE_RESOURCE = "spec_sweep_node"
 #: The Ray version whose private API this module was checked against.
 RAY_VERSION = "2.60.0"
-#: Seconds to wait for a TCP answer at a cluster's address before refusing it.
-_PROBE_TIMEOUT_S = 5.0
 _LOOPBACK = frozenset({"localhost", "127.0.0.1"})
 
 
@@ -126,14 +124,9 @@ def _probe(address: str, *, given: str) -> None:
     if host in _LOOPBACK:
         with contextlib.suppress(Exception):
             hosts.append(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-    error: OSError | None = None
-    for candidate in dict.fromkeys(hosts):
-        try:
-            with socket.create_connection((candidate, int(port)), timeout=_PROBE_TIMEOUT_S):
-                return
-        except OSError as exc:
-            error = exc
-    reason = (error.strerror if error is not None else None) or str(error) or "no answer"
+    reason = tcp_refusal(hosts, int(port))
+    if reason is None:
+        return
     raise SpecError(
         f"{given}: {address!r}: nothing answers there ({reason}): check the head's address and "
         "port (`ray start --head` prints them), or leave --address and RAY_ADDRESS unset to run "

@@ -12,6 +12,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -26,10 +27,11 @@ __all__ = [
     "mlruns_dir",
     "resolve_tracking_uri",
     "sweep_state_dir",
+    "tcp_refusal",
 ]
 
 
-#: Seconds to wait for a TCP answer from a tracking server before refusing it.
+#: Seconds to wait for a TCP answer (a tracking server, a Ray cluster) before refusing it.
 _PROBE_TIMEOUT_S = 5.0
 
 
@@ -95,6 +97,19 @@ def check_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
     )
 
 
+def tcp_refusal(hosts: Sequence[str], port: int) -> str | None:
+    """None when one of `hosts` accepts a TCP connection on `port` within `_PROBE_TIMEOUT_S`,
+    else why the last one did not (for a one-line error)."""
+    reason = "no host to try"
+    for host in dict.fromkeys(hosts):
+        try:
+            with socket.create_connection((host, port), timeout=_PROBE_TIMEOUT_S):
+                return None
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+    return reason
+
+
 def _field(spec: SweepSpec, override: str | None) -> str:
     """Where the tracking URI came from, as an error names it."""
     if override:
@@ -116,11 +131,9 @@ def _probe_server(uri: str, *, field: str) -> None:
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         return
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parsed.hostname, port), timeout=_PROBE_TIMEOUT_S):
-            return
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+    reason = tcp_refusal([parsed.hostname], port)
+    if reason is None:
+        return
     raise SpecError(
         f"{field}: {uri!r}: no server answers there ({reason}): start the MLflow server "
         "(mlflow server --host 0.0.0.0 --port 5000) or check its address, or leave the "
