@@ -33,8 +33,10 @@ from spec_sweep.sim.perf import AcceptSampler, PerfModel
 
 __all__ = ["Engine", "GenRequest", "StepOutput"]
 
-#: The most a step may run behind its deadline and still be caught up by the next ones (s).
-_MAX_BEHIND_S = 1.0
+#: The most a step may run behind its deadline and still be caught up by the next ones (s): a
+#: loaded test host's stall (seconds) is the host's, not the node's; longer (a suspended
+#: process) is forgiven.
+_MAX_BEHIND_S = 10.0
 
 _WORDS = (
     "the",
