@@ -68,17 +68,20 @@ def manual_trial_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Pa
     return path
 
 
-def check_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
+def check_tracking_uri(
+    spec: SweepSpec, override: str | None = None, *, source: str | None = None
+) -> str:
     """The store `resolve_tracking_uri` picks, refused first if MLflow would refuse it.
 
     MLflow 3 refuses a tracking store kept as plain files (a path, or a `file:` URI) unless
     `MLFLOW_ALLOW_FILE_STORE` is true; it says so only when the store is first opened, after
     the sweep's state folder exists and its Ray cluster started, and without naming our option.
-    Creates nothing.
+    Creates nothing. `source`: where `override` came from, when not `--tracking-uri`.
 
     Raises:
         SpecError: a folder store while `MLFLOW_ALLOW_FILE_STORE` is not true (one line naming
-            `--tracking-uri` or the spec's file and `tracking.uri`, the value and the fix).
+            `source`, `--tracking-uri` or the spec's file and `tracking.uri`, the value and the
+            fix).
     """
     uri = override or spec.tracking.uri or default_tracking_uri()
     parsed = urlparse(uri)
@@ -88,7 +91,7 @@ def check_tracking_uri(spec: SweepSpec, override: str | None = None) -> str:
 
     if MLFLOW_ALLOW_FILE_STORE.get():  # type: ignore[no-untyped-call]
         return uri
-    field = _field(spec, override)
+    field = source or _field(spec, override)
     folder = Path(parsed.path if parsed.scheme else uri).expanduser().resolve()
     raise SpecError(
         f"{field}: {uri!r} is a folder store, which MLflow refuses: use "
@@ -155,7 +158,7 @@ def resolve_tracking_uri(
         SpecError: a folder store MLflow would refuse (`check_tracking_uri`), or a server where
             nothing answers.
     """
-    uri = check_tracking_uri(spec, override)
+    uri = check_tracking_uri(spec, override, source=source)
     _probe_server(uri, field=source or _field(spec, override))
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)

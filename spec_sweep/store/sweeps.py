@@ -99,18 +99,16 @@ def find_sweep(
     state_path = sweep_state_dir(spec, state_dir)
     state = _read_state(state_path)
     saved = state.get("tracking_uri")
-    wanted = check_tracking_uri(spec, tracking_uri or saved)
+    # A URI read back from the state folder is named as such in the errors, not as an option.
+    source = None if tracking_uri or not saved else f"{state_path / 'state.json'}: tracking_uri"
+    wanted = check_tracking_uri(spec, tracking_uri or saved, source=source)
     if wanted.startswith("sqlite:///") and not Path(wanted[len("sqlite:///") :]).is_file():
         # Opening a SQLite store creates it: say there is none instead of leaving an empty one.
         raise SpecSweepError(
             f"no MLflow store at {wanted}: run the sweep first "
             f"(spec-sweep run {spec.source or 'SWEEP.yaml'}), or pass --tracking-uri"
         )
-    uri = resolve_tracking_uri(
-        spec,
-        tracking_uri or saved,
-        source=None if tracking_uri or not saved else f"{state_path / 'state.json'}: tracking_uri",
-    )
+    uri = resolve_tracking_uri(spec, tracking_uri or saved, source=source)
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
     if tracker.client.get_experiment_by_name(spec.experiment) is None:
         raise SpecSweepError(

@@ -144,6 +144,10 @@ def test_a_uri_read_back_from_the_state_folder_is_named_as_such(
     state.write_text(json.dumps({"tracking_uri": dead}))
     with pytest.raises(SpecError, match=rf"^{state}: tracking_uri: '{dead}': no server answers"):
         find_sweep(spec, tracking_uri=None, state_dir=tmp_path)
+    # A folder store saved by a sweep run with MLFLOW_ALLOW_FILE_STORE, read back without it.
+    state.write_text(json.dumps({"tracking_uri": "file:///tmp/folder-store"}))
+    with pytest.raises(SpecError, match=rf"^{state}: tracking_uri: 'file:///tmp/folder-store' is"):
+        find_sweep(spec, tracking_uri=None, state_dir=tmp_path)
 
 
 def test_report_and_export_where_no_store_exists_say_so_and_create_none(
