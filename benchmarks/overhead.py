@@ -84,7 +84,7 @@ def main() -> None:
             resources={NODE_RESOURCE: 1},
             include_dashboard=False,
             log_to_driver=False,
-            _temp_dir=f"/tmp/ssw-ovh-{os.getpid()}",
+            _temp_dir=str(Path(tempfile.gettempdir()) / f"ssw-ovh-{os.getpid()}"),
         )
         ray_start = time.monotonic() - t0
 

@@ -189,7 +189,10 @@ def test_the_simulated_daemon_and_client_lines_are_the_real_ones() -> None:
         return line[start:]
 
     daemon = _real("weight-cache-daemon.log")
-    model = "/work/main/.models/smollm2-135m"  # the real one's model path, the same words
+    # the model path the real daemon logged, so that the two lines have the same words
+    logged = re.search(r"Loading model from disk: (\S+)", daemon)
+    assert logged is not None
+    model = logged.group(1)
     sim = texts.weight_cache_daemon_lines(0, model, 2.93)
     for key, ours in zip(
         ("Loading model from disk", "Model loaded from disk in", "Listening on"), sim, strict=True
