@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The real-GPU session: SGLang 0.5.17 (and 0.5.13) on the real checkpoint, unattended, on a lent GPU
+# A real-GPU session: SGLang 0.5.17 (and 0.5.13) on the real checkpoint, unattended, on a lent GPU
 # machine without a package index, fed by back-to-back calls that each carry at most ~60 MiB.
+# (A session here is one lease of such a machine; the folders it does not commit are lost with it.)
 #
 # Here (a machine with a package index), at the start of every session (ignored folders do not
 # outlive one; about 5 minutes; --python names a CPython 3.12, the GPU machine's):
@@ -18,29 +19,27 @@
 # them into .compile-cache/ here and carry that folder with the last (smallest) part
 # (`carry: [".bundle-xfer/09", ".compile-cache"]`: the tree, a 24 MiB part and the cache would
 # pass the 64 MiB a call carries); `auto` restores it before the first job starts, whose first
-# boot then starts warm (eleventh session: 72 s against 128 s cold).
+# boot then starts warm (measured on the H200: 72 s against 128 s cold).
 # A machine that goes back mid-session (a fresh one says "no parts on this machine"): land the
 # last collect's out/V/table here (`land-table`, between two calls: the tree travels with every
 # call) and carry the parts again; the table resumes from what the lost machine measured.
 # (`--jobs` replaces the runner's job list from its next job on, e.g. to drop one when short of
 # time; jobs already done stay done.)
 #
-# `auto` returns in seconds unless told to wait: it copies the carried parts to /tmp/ss/parts,
+# `auto` returns in seconds unless told to wait: it copies the carried parts to $SS/parts
+# ($SS: SPEC_SWEEP_SESSION_DIR, a scratch folder on the GPU machine),
 # starts the runner once (detached with setsid, so it outlives the call while the machine stays
 # warm), waits up to --wait seconds (default 0) or until every job is done, prints the status and
 # packs what is there into $OUT. On a machine with no parts at all (a fresh one: the last went
-# back between two calls, as in the eighth session) it does not wait: carry the parts again.
+# back between two calls) it does not wait: carry the parts again.
 # The runner, in a loop: unpacks the longest complete prefix of the stream, installs each bundle
-# whose parts check out (/tmp/ss/site/<name>, smoke-imported; in the background while a job
+# whose parts check out ($SS/site/<name>, smoke-imported; in the background while a job
 # runs), makes the model from the GGUF parts (.models/smollm2-135m,
 # checksums checked), and runs JOBS in order, each when its SGLang and the model are ready, one
 # at a time (it owns the GPU); the default order puts first what matters most, so a session cut
-# short loses the least: draft-0.5.17 table-0.5.17 (the table is what is left to measure:
-# the seventh session of 2026-12-02 had the head's (3,1,4) accept in SGLang at 2.147 (the trained
-# job) and the weight cache's second run (wcache); name them with --jobs to run them again)
-# (the memory rule passed at both ends on 2026-12-02: the hours job runs it again)
-# (the matrix, quality, adaptive and sweep jobs have passed on both versions: name them with
-# --jobs to run them again).
+# short loses the least: draft-0.5.17 table-0.5.17. The other jobs (trained, wcache, hours,
+# matrix, quality, adaptive, sweep) run when named with --jobs; their results so far are on
+# docs/evidence/real-gpus.md.
 #   draft-V      scripts/train_test_draft.py: a seeded EAGLE-3 head for the checkpoint, trained
 #                on the GPU from the target's own generations; it replaces the random-weight
 #                draft config in .models/<model>-eagle3 (kept as -eagle3-dummy), so the jobs
@@ -70,7 +69,7 @@
 #   wcache-V     the hours job's weight-cache test alone
 #   sweep-V      tests/real/test_sweep_real.py: real sweep, SIGKILL after 1 trial, resume to 2
 #   quality-V    one version's quality job alone (not in the default JOBS)
-# Results: /tmp/ss/out/<V>/{quality,matrix,adaptive,sweep}, logs /tmp/ss/runs; `collect` packs them.
+# Results: $SS/out/<V>/{quality,matrix,adaptive,sweep}, logs $SS/runs; `collect` packs them.
 #
 # Other subcommands: parts | unpack | install V... | model | runner | status | collect [TAG] |
 # env V (the exports that select SGLang V) | job NAME (one job in the foreground) |
@@ -175,7 +174,7 @@ artifact_ok() {  # name -> 0 when its own checksums pass
   else return 1; fi
 }
 
-install_bundle() {  # artifact name -> /tmp/ss/site/<name without bundle->
+install_bundle() {  # artifact name -> $SS/site/<name without bundle->
   local name="$1" site="$SS/site/${1#bundle-}"
   [ -f "$site/.installed" ] && return 0
   artifact_ok "$name" || return 1
@@ -341,15 +340,15 @@ cmd_job() {
           tee "$out/train.log"
       else
         if [ -n "$accept" ]; then
-          # Short of the goal: this session's training continues it, on new prompts (next seed).
+          # Short of the goal: the training continues it, on new prompts (the next seed).
           local seed
           seed=$("$PY" -c 'import json,sys; print((json.load(open(sys.argv[1])).get("seed") or 0) + 1)' \
             "$head/train_summary.json")
           more=(--init-from "$head" --seed "$seed" --lr 3e-4)
           log "draft: continuing the head (accept $accept < ${DRAFT_GOAL:-2}) with seed $seed"
         fi
-        # 480 s and 4,500 steps: the 330 s head of the fourth session stopped at 2,808 steps and
-        # accept 1.94 (the schedule decays by the larger of steps and seconds done)
+        # 480 s and 4,500 steps: a 330 s run stopped at 2,808 steps and accept 1.94 (the
+        # schedule decays by the larger of steps and seconds done)
         "$PY" scripts/train_test_draft.py --target "$MODEL" --out "$MODEL-eagle3-trained" \
           --data "$SS/runs/draft-data.json" --min-accept-length 2 \
           --steps "${DRAFT_STEPS:-4500}" --max-train-seconds "${DRAFT_TRAIN_S:-480}" \
@@ -359,7 +358,7 @@ cmd_job() {
 sys.exit(json.load(open(sys.argv[1]))["accept_length_3_1_4"] <= float(sys.argv[2]))' \
             "$MODEL-eagle3-trained/train_summary.json" "$accept" 2>/dev/null; then
           # More training that did not beat the head it started from: the earlier head stays
-          # (this session's summary comes back as out/V/draft/rejected_summary.json).
+          # (the rejected run's summary comes back as out/V/draft/rejected_summary.json).
           cp "$MODEL-eagle3-trained/train_summary.json" "$out/rejected_summary.json"
           rm -rf "$MODEL-eagle3-trained" && cp -r "$head" "$MODEL-eagle3-trained" &&
             for f in tokenizer.json tokenizer_config.json special_tokens_map.json; do
@@ -397,7 +396,7 @@ sys.exit(json.load(open(sys.argv[1]))["accept_length_3_1_4"] <= float(sys.argv[2
       rc=$?; tail -30 "$out/run.log" ;;
     hours)
       # the weight cache and the memory rule only: the boot phases and the compile caches (cold
-      # then warm) passed in two sessions already; HOURS_ALL=1 runs them too
+      # then warm) have passed on the H200; HOURS_ALL=1 runs them too
       local f=tests/real/test_node_hours_real.py tests=()
       tests=("$f::test_weight_cache_client_boots_faster_with_the_same_results"
              "$f::test_the_memory_rule_against_real_boots_at_both_ends")

@@ -1,6 +1,6 @@
 """The real adaptive check: spec_sweep's adaptive config on real SGLang with a trained draft.
 
-Prepared for a GPU session (issue 28, "Real H200"); never run on a GPU when it was written. On the
+Run on one H200 (docs/evidence/real-gpus.md, "SGLang's adaptive mode"). On the
 real SmolLM2-135M checkpoint with the EAGLE-3 head `scripts/train_test_draft.py` trains (skipped
 without its `train_summary.json`), on the SGLang version real_harness.py chooses (0.5.17 in
 `scripts/real_session.sh`'s `adaptive-0.5.17` job):

@@ -1,6 +1,6 @@
 """Real SGLang: where a boot's time goes, and what the cheaper and fewer boots do on a real GPU.
 
-Prepared for a GPU session, not yet run (written when no GPU was available; README, "Node-hours").
+Run on one H200 with SGLang 0.5.17 (docs/evidence/real-gpus.md; docs/concepts/node-hours.md).
 Each test writes what it measured to `$SPEC_SWEEP_REAL_OUT/results/node-hours-*.json`:
 
 - every trial carries its boot phases and the memory facts of its weight load;
@@ -191,8 +191,8 @@ def test_weight_cache_client_boots_faster_with_the_same_results(
         # the client fails only when it is below the disk boots' spread, widened by 15%, at both
         # levels (or above it at both). One level alone swings by more on this machine: the
         # 0.5.17 baseline booted three times read 404 / 624 / 664 tok/s at c1; client against
-        # disk, 2026-12-02 sixth session 585 vs 476 at c1, seventh 433 vs 520-522 at c1 but 3,357
-        # vs 2,665-2,978 at c8.
+        # disk, one run read 585 vs 476 at c1, another 433 vs 520-522 at c1 but 3,357 vs
+        # 2,665-2,978 at c8.
         ratios = {}
         for level in ("c1", "c8"):
             disks = [r.metrics[f"output_throughput_{level}"] for r in (first, disk)]
