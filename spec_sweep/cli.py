@@ -19,7 +19,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -105,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
         help="a parameter value (repeatable); others take the baseline's values",
     )
     _add_backend(trial)
+    trial.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where sweep state is kept: the trial is judged against that sweep's baseline",
+    )
     trial.add_argument("--json", action="store_true", help="print one JSON object")
     _add_common(trial)
 
@@ -359,7 +364,7 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     spec = _load(args)
     overrides = _parse_sets(spec, args.sets)
     from spec_sweep.core.config import resolve_config
-    from spec_sweep.store.paths import check_tracking_uri, manual_trial_dir
+    from spec_sweep.store.paths import check_tracking_uri, manual_trial_dir, sweep_state_dir
 
     # spec_sweep's own adaptive keys need not be parameters of the space (core.adaptive).
     own = [k for k in _ADAPTIVE_KEYS if k in overrides and k not in spec.params]
@@ -374,8 +379,10 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         config = normalize_config(spec, {**config, **derived})
     check_tracking_uri(spec, args.tracking_uri)  # a store it cannot record to: say so first
     backend = _backend(spec, args)
-    trial_dir = manual_trial_dir(spec)
-    result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name)
+    trial_dir = manual_trial_dir(spec, args.state_dir)
+    # judged against the baseline of the sweep of this state folder, as its own trials are
+    state = sweep_state_dir(spec, args.state_dir)
+    result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name, state_dir=state)
     if args.tracking_uri or spec.tracking.uri:
         _log_manual(spec, result, tracking_uri=args.tracking_uri)
     if args.json:
@@ -389,12 +396,41 @@ def _cmd_trial(args: argparse.Namespace) -> int:
                     "log_excerpt": result.log_excerpt,
                     "elapsed_s": result.elapsed_s,
                     "trial_dir": str(trial_dir),
+                    "quality": _quality_record(trial_dir),
                 }
             )
         )
         return EXIT_OK
     _print_result(result)
+    _print_quality(_quality_record(trial_dir))
     return EXIT_OK
+
+
+def _quality_record(trial_dir: Path) -> dict[str, Any] | None:
+    """What the quality gate said of a trial (None: the spec has no gate, or it did not run):
+    whether it was judged, the verdict, its reason, and the reference it was judged against."""
+    from spec_sweep.node.quality import QUALITY_NAME
+
+    try:
+        data = json.loads((trial_dir / QUALITY_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {key: data.get(key) for key in ("judged", "passed", "reason", "reference")}
+
+
+def _print_quality(record: dict[str, Any] | None) -> None:
+    if record is None:
+        return
+    if record["judged"]:
+        verdict = "passed" if record["passed"] else "failed"
+        _out.print(
+            f"quality: judged against {record['reference']}: {verdict} ({record['reason']})",
+            markup=False,
+        )
+    else:
+        _out.print(f"quality: not judged ({record['reason']})", markup=False)
 
 
 def _log_manual(spec: SweepSpec, result: TrialResult, *, tracking_uri: str | None) -> None:

@@ -89,6 +89,7 @@ class TrialBackend(Protocol):
         trial_id: str = "trial",
         node_id: str | None = None,
         on_launch: Callable[[ServerProcess], None] | None = None,
+        state_dir: Path | None = None,
     ) -> TrialResult:
         """Run one configuration; a configuration that fails is a result, never an exception.
 
@@ -98,6 +99,8 @@ class TrialBackend(Protocol):
             trial_id: The trial's id.
             node_id: The Ray node running the trial, recorded with the server for cleanup.
             on_launch: Called with the server right after it started (server backends only).
+            state_dir: The sweep's state folder: the quality gate judges the trial against
+                the reference of that sweep's baseline (`quality.baseline_reference`).
         """
         ...
 
@@ -150,6 +153,7 @@ class SGLangBackend:
         trial_id: str = "trial",
         node_id: str | None = None,
         on_launch: Callable[[ServerProcess], None] | None = None,
+        state_dir: Path | None = None,
     ) -> TrialResult:
         """Launch, benchmark, tear down and classify (`trial.run_trial`)."""
         return run_trial(
@@ -163,6 +167,7 @@ class SGLangBackend:
             on_launch=on_launch,
             node_id=node_id,
             weight_cache_dir=self.weight_cache_dir,
+            state_dir=state_dir,
         )
 
     def trial_env(self, trial_id: str) -> dict[str, str]:
@@ -244,9 +249,10 @@ class ReplayBackend:
         trial_id: str = "trial",
         node_id: str | None = None,
         on_launch: Callable[[ServerProcess], None] | None = None,
+        state_dir: Path | None = None,
     ) -> TrialResult:
         """Answer from the table (a configuration it lacks ends as `invalid_args`)."""
-        del node_id, on_launch  # nothing is launched
+        del node_id, on_launch, state_dir  # nothing is launched or judged
         fields = _replay_result(
             self.spec,
             config,

@@ -8,9 +8,11 @@ same for every trial, formatted as the workload formats its prompts) are decoded
 `top_logprobs_num` 5) and writes outputs and log-probabilities to its folder
 (`<state>/trials/t0000/attempt<N>/quality.json`) as the reference; the other trials ask for the
 outputs alone (a server that cannot return log-probabilities is never judged by that), read the
-newest reference there, and are judged by `node.divergence`'s rule; each writes its verdict per
-prompt and every diverging prompt with both continuations to its own `quality.json`. A trial
-that finishes before the reference exists is not judged (its reason says so).
+newest reference of their sweep's state folder (`baseline_reference`, the one place every path
+that measures a trial finds it, `spec-sweep trial` included), and are judged by
+`node.divergence`'s rule; each writes its verdict per prompt and every diverging prompt with
+both continuations to its own `quality.json`. A trial that finishes before the reference exists
+is not judged (its reason says so).
 
 Asking for log-probabilities could change the baseline's kernels only by rounding, which can
 flip a near tie, which the rule excuses (on a real 0.5.17 server the plain and the
@@ -42,15 +44,19 @@ from spec_sweep.node.divergence import (
 )
 from spec_sweep.node.prompts import load_prompts
 from spec_sweep.spec import QualitySpec, WorkloadSpec
+from spec_sweep.store.paths import sweep_trials_dir
 
 __all__ = [
     "QUALITY_NAME",
     "TOP_LOGPROBS",
     "GreedyOutput",
     "QualityCheck",
+    "Reference",
+    "baseline_reference",
     "check_quality",
     "greedy_outputs",
     "quality_prompts",
+    "reference_folder",
 ]
 
 #: The file (in a trial's folder and its MLflow run) holding its greedy outputs and verdict.
@@ -156,17 +162,48 @@ def _parse_batch(prompts: list[str], data: list[Any], *, logprobs: bool) -> Gree
     return GreedyOutput(prompts, ids, texts, tops if has_top else None)
 
 
-def _reference(trial_dir: Path) -> dict[str, Any] | None:
-    """The baseline's saved outputs (newest attempt), if any."""
-    base = trial_dir.parent.parent / BASELINE_ID
-    for path in sorted(base.glob(f"attempt*/{QUALITY_NAME}"), reverse=True):
+@dataclass(frozen=True)
+class Reference:
+    """The baseline's saved greedy outputs, the reference every other trial is judged against.
+
+    Attributes:
+        path: The baseline's `quality.json`.
+        data: Its contents (`prompts`, `ids`, `texts`, `top_logprobs`).
+    """
+
+    path: Path
+    data: dict[str, Any]
+
+
+def reference_folder(state_dir: Path) -> Path:
+    """Where a sweep's baseline saves its reference: `<state>/trials/t0000/`."""
+    return sweep_trials_dir(state_dir) / BASELINE_ID
+
+
+def baseline_reference(state_dir: Path) -> Reference | None:
+    """The quality reference of the sweep whose state folder is `state_dir`, if it exists.
+
+    The baseline's `quality.json` of its newest attempt that saved one
+    (`<state>/trials/t0000/attempt<N>/`). Every path that measures a trial finds its reference
+    here: the sweep's trials, their retries and confirmation boots, and `spec-sweep trial`
+    against the same state folder.
+    """
+    found = reference_folder(state_dir).glob(f"attempt*/{QUALITY_NAME}")
+    newest_first = sorted(found, key=lambda p: _attempt_number(p.parent.name), reverse=True)
+    for path in newest_first:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("ids"), list):
-            return data
+            return Reference(path, data)
     return None
+
+
+def _attempt_number(name: str) -> int:
+    """`attempt12` -> 12 (attempt folders sort by number, not as text); -1 if not one."""
+    digits = name.removeprefix("attempt")
+    return int(digits) if digits.isdigit() else -1
 
 
 def _reference_top(ref: dict[str, Any]) -> list[list[Top | None]] | None:
@@ -236,12 +273,15 @@ def check_quality(
     trial_dir: Path,
     trial_id: str,
     request_timeout_s: float,
+    state_dir: Path | None,
 ) -> QualityCheck:
     """Decode the fixed prompts, judge them, and save both to `trial_dir/quality.json`.
 
     The baseline (`t0000`) asks for top log-probabilities too, is the reference and always
-    passes. A request that fails is reported as not judged (the benchmark's own classification
-    decides such a trial).
+    passes. Any other trial is judged against the reference of the sweep whose state folder is
+    `state_dir` (`baseline_reference`); without one (None, or no baseline there yet) it is not
+    judged, and its reason says where the reference was looked for. A request that fails is
+    reported as not judged (the benchmark's own classification decides such a trial).
     """
     baseline = trial_id == BASELINE_ID
     try:
@@ -256,10 +296,17 @@ def check_quality(
     except (httpx.HTTPError, ValueError) as exc:
         return QualityCheck(False, True, f"quality not checked: {type(exc).__name__}: {exc}")
     diverging: list[dict[str, Any]] = []
+    ref: Reference | None = None
     if baseline:
         check = _baseline_check(out, quality)
+    elif state_dir is None:
+        check = QualityCheck(False, True, "quality not checked: no sweep state folder given")
+    elif (ref := baseline_reference(state_dir)) is None:
+        where = reference_folder(state_dir)
+        reason = f"quality not checked: no baseline outputs in {where} yet (run the sweep first)"
+        check = QualityCheck(False, True, reason)
     else:
-        check, diverging = _judge_trial(out, _reference(trial_dir), quality)
+        check, diverging = _judge_trial(out, ref.data, quality)
     record: dict[str, Any] = {"prompts": out.prompts, "ids": out.ids, "texts": out.texts}
     record.update(
         rule={
@@ -267,6 +314,7 @@ def check_quality(
             "margin_nats": quality.margin_nats,
             "max_confident_share": quality.max_confident_share,
         },
+        reference=str(ref.path) if ref is not None else None,
         judged=check.judged,
         passed=check.passed,
         reason=check.reason,

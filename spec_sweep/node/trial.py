@@ -63,6 +63,7 @@ def run_trial(
     on_launch: Callable[[ServerProcess], None] | None = None,
     node_id: str | None = None,
     weight_cache_dir: Path | None = None,
+    state_dir: Path | None = None,
 ) -> TrialResult:
     """Run one configuration through the whole trial path.
 
@@ -80,6 +81,8 @@ def run_trial(
         node_id: The Ray node running the trial, recorded with the server for cleanup.
         weight_cache_dir: With `node.weight_cache`, the sweep's trials folder: where this
             node's weight-cache daemon is recorded (`weight_cache`); None boots from disk.
+        state_dir: The sweep's state folder, where the quality gate finds the baseline's
+            reference (`quality.baseline_reference`); None: the trial is not judged.
 
     Returns:
         The classified outcome; failures of the configuration are results.
@@ -127,9 +130,8 @@ def run_trial(
     )
     if on_launch is not None:
         on_launch(server)
-    run = _serve(
-        spec, server, use_gpus=use_gpus, grace_s=grace_s, trial_dir=trial_dir, trial_id=trial_id
-    )
+    where = _Where(trial_dir=trial_dir, trial_id=trial_id, state_dir=state_dir)
+    run = _serve(spec, server, use_gpus=use_gpus, grace_s=grace_s, where=where)
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
     mode, reason = adaptive_verdict(spec, config, mode, reason, server.log_text())
@@ -189,8 +191,7 @@ def _serve(
     *,
     use_gpus: bool,
     grace_s: float,
-    trial_dir: Path,
-    trial_id: str,
+    where: _Where,
 ) -> _Served:
     """Wait for readiness, benchmark, then stop the server's group and (with GPUs) confirm its
     memory was released."""
@@ -214,7 +215,7 @@ def _serve(
             if at_least(spec.node.sglang_version, STARTUP_TIME_SINCE):
                 info = _server_info(server)
             bench, extras, exit_code, timed_out = _benchmark(
-                spec, server, deadline=deadline, trial_dir=trial_dir, trial_id=trial_id
+                spec, server, deadline=deadline, where=where
             )
             measure_s = time.monotonic() - measuring
     finally:
@@ -318,6 +319,15 @@ def _metrics(
 
 
 @dataclass(frozen=True)
+class _Where:
+    """Where a trial's files go and its quality reference is found (`run_trial`'s args)."""
+
+    trial_dir: Path
+    trial_id: str
+    state_dir: Path | None
+
+
+@dataclass(frozen=True)
 class _Extras:
     """What runs after the benchmark in the same boot: the goodput search, the quality gate."""
 
@@ -330,8 +340,7 @@ def _benchmark(
     server: ServerProcess,
     *,
     deadline: float,
-    trial_dir: Path,
-    trial_id: str,
+    where: _Where,
 ) -> tuple[BenchResult | None, _Extras, int | None, bool]:
     """Run the benchmark (then goodput and quality) in a thread, watching log, process, deadline.
 
@@ -366,9 +375,10 @@ def _benchmark(
                 spec.quality,
                 workload=spec.workload,
                 model_path=spec.node.model,
-                trial_dir=trial_dir,
-                trial_id=trial_id,
+                trial_dir=where.trial_dir,
+                trial_id=where.trial_id,
                 request_timeout_s=spec.node.request_timeout_s,
+                state_dir=where.state_dir,
             )
 
     thread = threading.Thread(target=work, name="benchmark", daemon=True)

@@ -140,6 +140,7 @@ class SweepRun:
                 tracker=self.tracker,
                 parent_run_id=self.parent_run_id,
                 trials_dir=self.state.trials_dir,
+                state_dir=self.state.path,
                 stop_file=self.state.stop_file,
             ),
             tune_dir=self.state.path / "tune",

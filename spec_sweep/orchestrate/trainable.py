@@ -60,6 +60,8 @@ class TrialContext:
         tracker: The MLflow store.
         parent_run_id: The sweep's parent run.
         trials_dir: `<state>/trials/`: one folder per trial and attempt.
+        state_dir: The sweep's state folder, where every trial's quality gate finds the
+            baseline's reference (`node.quality.baseline_reference`).
         stop_file: Exists while the driver is stopping (a trial ending then is interrupted).
     """
 
@@ -67,6 +69,7 @@ class TrialContext:
     tracker: Tracker
     parent_run_id: str
     trials_dir: Path
+    state_dir: Path
     stop_file: Path = Path("/nonexistent/spec_sweep-stop")
 
 
@@ -123,7 +126,9 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
     (trial_dir / names.RUN_ID_FILE).write_text(run_id)
     record_s = time.monotonic() - t0
     try:
-        result = ctx.backend.run(cfg, trial_dir=trial_dir, trial_id=trial_id, node_id=here)
+        result = ctx.backend.run(
+            cfg, trial_dir=trial_dir, trial_id=trial_id, node_id=here, state_dir=ctx.state_dir
+        )
     except Exception as exc:
         # The machinery failed (GPUs held by others, ...), not the configuration: the attempt
         # ends KILLED with the reason and Tune retries the trial once.

@@ -27,6 +27,7 @@ __all__ = [
     "mlruns_dir",
     "resolve_tracking_uri",
     "sweep_state_dir",
+    "sweep_trials_dir",
     "tcp_refusal",
 ]
 
@@ -58,6 +59,12 @@ def sweep_state_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Pat
     """The state folder of one sweep."""
     root = Path(state_dir).resolve() if state_dir else default_state_root()
     return root / spec.name
+
+
+def sweep_trials_dir(state_path: Path) -> Path:
+    """`trials/` of a sweep's state folder: one folder per trial and attempt
+    (`trials/<id>/attempt<N>/`)."""
+    return state_path / "trials"
 
 
 def manual_trial_dir(spec: SweepSpec, state_dir: str | Path | None = None) -> Path:

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.spec import SweepSpec
-from spec_sweep.store.paths import sweep_state_dir
+from spec_sweep.store.paths import sweep_state_dir, sweep_trials_dir
 
 __all__ = ["SweepState", "fingerprint", "open_state", "spec_diff"]
 
@@ -90,7 +90,7 @@ class SweepState:
     @property
     def trials_dir(self) -> Path:
         """`trials/`: one folder per trial and attempt."""
-        return self.path / "trials"
+        return sweep_trials_dir(self.path)
 
     @property
     def complete(self) -> bool:

@@ -19,6 +19,7 @@ from harness import make_spec
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
+from spec_sweep import cli
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.node.backends import make_backend
 from spec_sweep.orchestrate.driver import sweep
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_reported(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shutil.copytree(ROOT / "search_spaces", tmp_path / "search_spaces")
     (tmp_path / "sweeps").mkdir()
@@ -98,3 +99,19 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
     assert "wrong_output" in text
     gate = next(line for line in text.splitlines() if line.startswith("quality gate"))
     assert f"{len(wrong)} wrong_output ({wrong[0].trial_id}: " in gate
+
+    # `spec-sweep trial` against the sweep's state folder is judged by the sweep's baseline
+    reference = tmp_path / ".spec_sweep" / "beyond" / "trials" / "t0000" / "attempt1"
+    changed = [
+        f"--set={k}={json.dumps(v)}"
+        for k, v in wrong[0].config.items()
+        if v != outcome.history.baseline.config.get(k)
+    ]
+    for sets, mode in ((changed, "wrong_output"), ([], "none")):
+        argv = ["trial", str(spec.source), *sets, "--simulate", "--json"]
+        assert cli.main([*argv, "--state-dir", str(tmp_path / ".spec_sweep")]) == 0
+        manual = json.loads(capsys.readouterr().out)
+        assert manual["failure_mode"] == mode, manual["reason"]
+        assert manual["quality"]["judged"] is True, manual["quality"]
+        assert manual["quality"]["reference"] == str(reference / "quality.json")
+        assert Path(manual["trial_dir"]).parent == reference.parents[2] / "manual"

@@ -94,6 +94,7 @@ def test_the_quality_gate_passes_identical_and_near_tie_outputs_and_fails_a_corr
             trial_id=trial_id,
             simulate=True,
             extra_env=corrupt,
+            state_dir=tmp_path,
         )
 
     def record(trial_id: str) -> dict[str, Any]:

@@ -62,6 +62,7 @@ def _sweep(project_dir: Path, name: str) -> tuple[Any, Tracker, str, TrialContex
         tracker=tracker,
         parent_run_id=parent,
         trials_dir=project_dir / "trials",
+        state_dir=project_dir,
     )
     return spec, tracker, parent, ctx
 

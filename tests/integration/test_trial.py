@@ -584,7 +584,9 @@ def test_trial_command_prints_one_json_object_and_exits_0(
         "log_excerpt",
         "elapsed_s",
         "trial_dir",
+        "quality",
     }
+    assert payload["quality"] is None  # the spec has no quality gate
     assert payload["failure_mode"] == expected
     assert payload["elapsed_s"] > 0
     assert payload["command"][:3] == ["python", "-m", "spec_sweep.sim"]

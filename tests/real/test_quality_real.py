@@ -54,6 +54,7 @@ def test_baseline_agrees_with_itself_across_boots_and_benign_flags(
             resolve_config(spec, sets, what=name),
             trial_dir=trials / trial_id / "attempt1",
             trial_id=trial_id,
+            state_dir=tmp_path,
         )
         found[name] = {k: v for k, v in result.metrics.items() if k.startswith("quality_")}
         print(f"{name}: {found[name]} ({result.failure_mode.value}: {result.reason})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +18,12 @@ from typing import Any
 
 import pytest
 
-from spec_sweep.node.quality import QUALITY_NAME, TOP_LOGPROBS, check_quality
+from spec_sweep.node.quality import (
+    QUALITY_NAME,
+    TOP_LOGPROBS,
+    baseline_reference,
+    check_quality,
+)
 from spec_sweep.spec import QualitySpec, WorkloadSpec
 
 REAL = (
@@ -84,6 +90,7 @@ def _check(url: str, tmp_path: Path, trial_id: str, quality: QualitySpec = QUALI
         trial_dir=trial_dir,
         trial_id=trial_id,
         request_timeout_s=10.0,
+        state_dir=tmp_path,
     )
     return check, json.loads((trial_dir / QUALITY_NAME).read_text())
 
@@ -154,9 +161,50 @@ def test_a_trial_before_the_reference_is_not_judged(
     url, _ = node
     check, record = _check(url, tmp_path, "t0001")
     assert (check.judged, check.passed) == (False, True)
-    assert check.note == "quality not checked: no baseline outputs for these prompts yet"
+    where = tmp_path / "trials" / "t0000"
+    assert (
+        check.note
+        == f"quality not checked: no baseline outputs in {where} yet (run the sweep first)"
+    )
     assert check.metrics() == {}
     assert record["judged"] is False
+    assert record["reference"] is None
+
+
+def test_the_reference_is_the_newest_baseline_attempt_of_the_sweeps_state_folder(
+    node: tuple[str, _Node], tmp_path: Path
+) -> None:
+    """A trial folder anywhere (a manual trial's `<state>/manual/<stamp>/`) is judged against
+    the baseline of the state folder it is given; attempts sort by number (10 after 9)."""
+    url, state = node
+    assert baseline_reference(tmp_path) is None
+    _check(url, tmp_path, "t0000")  # attempt1
+    for attempt in (9, 10):
+        folder = tmp_path / "trials" / "t0000" / f"attempt{attempt}"
+        folder.mkdir()
+        shutil.copy(tmp_path / "trials" / "t0000" / "attempt1" / QUALITY_NAME, folder)
+    (tmp_path / "trials" / "t0000" / "attempt11").mkdir()  # lost before its quality check
+    ref = baseline_reference(tmp_path)
+    assert ref is not None
+    assert ref.path == tmp_path / "trials" / "t0000" / "attempt10" / QUALITY_NAME
+
+    manual = tmp_path / "manual" / "20261206-010203-abcdef"
+    manual.mkdir(parents=True)
+    _take(state, 1, 4, 11)
+    check = check_quality(
+        url,
+        QUALITY,
+        workload=WorkloadSpec(),
+        model_path="some/model",
+        trial_dir=manual,
+        trial_id=manual.name,
+        request_timeout_s=10.0,
+        state_dir=tmp_path,
+    )
+    assert check.judged
+    assert not check.passed
+    record = json.loads((manual / QUALITY_NAME).read_text())
+    assert record["reference"] == str(ref.path)
 
 
 def test_without_the_baselines_logprobs_every_divergence_is_confident(
