@@ -119,15 +119,17 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="rebuild a sweep's report")
     report.add_argument("sweep", metavar="SWEEP.yaml")
-    report.add_argument("--tracking-uri", metavar="URI")
+    report.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
     report.add_argument("-o", "--output", metavar="DIR", help="where to write the report")
     report.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     _add_common(report)
 
     export = sub.add_parser("export", help="write every trial as a replay table (CSV)")
     export.add_argument("sweep", metavar="SWEEP.yaml")
-    export.add_argument("-o", "--output", metavar="FILE.csv", required=True)
-    export.add_argument("--tracking-uri", metavar="URI")
+    export.add_argument(
+        "-o", "--output", metavar="FILE.csv", required=True, help="the table to write"
+    )
+    export.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
     export.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     export.add_argument(
         "--repeats",
@@ -141,10 +143,33 @@ def _parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "sweep", metavar="SWEEP.yaml", nargs="?", help="show this sweep (default: the latest)"
     )
-    ui.add_argument("--port", type=_port, default=5000)
-    ui.add_argument("--tracking-uri", metavar="URI")
+    ui.add_argument("--port", type=_port, default=5000, help="the UI's port on 127.0.0.1")
+    ui.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
     ui.add_argument("--open", action="store_true", help="open the trials view in a browser")
     _add_common(ui)
+
+    docs = sub.add_parser(
+        "docs", help="write the docs' generated reference pages and the package's JSON Schema"
+    )
+    docs.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 naming each generated file that differs from the code",
+    )
+    docs.add_argument(
+        "--out", metavar="DIR", default="docs/reference", help="where the reference pages go"
+    )
+    docs.add_argument(
+        "--schema-file",
+        metavar="FILE",
+        default="spec_sweep/data/sweep.schema.json",
+        help="where the package's copy of the JSON Schema goes",
+    )
+    _add_common(docs)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of a sweep spec (for editors)")
+    schema.add_argument("-o", "--output", metavar="FILE", help="write it to FILE instead")
+    _add_common(schema)
     return parser
 
 
@@ -523,10 +548,62 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     return ui_command(args)
 
 
+def _cmd_docs(args: argparse.Namespace) -> int:
+    """Write (or with --check, compare) the files generated from the code: the reference
+    pages of the docs site and the JSON Schema the package ships."""
+    from spec_sweep.present.reference import reference_pages
+    from spec_sweep.present.schema import schema_text
+
+    out, schema_file = Path(args.out), Path(args.schema_file)
+    for option, folder in (("--out", out.parent), ("--schema-file", schema_file.parent)):
+        if not folder.is_dir():
+            raise SpecError(
+                f"{option}: {folder} is not a folder here: run spec-sweep docs in the "
+                f"repository's root, or pass {option}"
+            )
+    wanted = {out / name: text for name, text in reference_pages(_parser()).items()}
+    wanted[schema_file] = schema_text()
+    stale = [
+        path
+        for path, text in wanted.items()
+        if not path.is_file() or path.read_text(encoding="utf-8") != text
+    ]
+    if args.check:
+        if stale:
+            raise SpecSweepError(
+                f"{', '.join(map(str, stale))}: not what the code generates: run spec-sweep "
+                "docs in the repository's root and commit the result"
+            )
+        print(f"{len(wanted)} generated files match the code")
+        return EXIT_OK
+    for path in stale:
+        with _output(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(wanted[path], encoding="utf-8")
+    print(f"wrote {len(stale)} of {len(wanted)} generated files (the others were up to date)")
+    return EXIT_OK
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    """Print (or write with -o) the JSON Schema of a sweep spec."""
+    from spec_sweep.present.schema import schema_text
+
+    if args.output is None:
+        sys.stdout.write(schema_text())
+        return EXIT_OK
+    path = Path(args.output)
+    with _output(path):
+        path.write_text(schema_text(), encoding="utf-8")
+    print(f"wrote the sweep spec's JSON Schema to {path}")
+    return EXIT_OK
+
+
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "docs": _cmd_docs,
     "export": _cmd_export,
     "report": _cmd_report,
     "run": _cmd_run,
+    "schema": _cmd_schema,
     "trial": _cmd_trial,
     "ui": _cmd_ui,
     "validate": _cmd_validate,

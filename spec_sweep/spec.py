@@ -101,7 +101,7 @@ class ParamSpec(_Model):
     default: Scalar = Field(
         None, description="Value used by the baseline when the baseline does not name it."
     )
-    description: str = ""
+    description: str = Field("", description="What the parameter does, for people.")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -192,7 +192,12 @@ class SearchSpaceSpec(_Model):
     """`search_space`: fragment files to include plus parameters added or overridden here."""
 
     include: tuple[str, ...] = Field((), description="Fragment files from search_spaces/.")
-    params: dict[str, ParamSpec] = Field(default_factory=dict)
+    params: dict[str, ParamSpec] = Field(
+        default_factory=dict,
+        description="The searched parameters: a launch_server flag without dashes (or env.NAME, "
+        "an environment variable of the server) -> its values; these add to and override the "
+        "fragments'.",
+    )
 
 
 class _FragmentSpec(_Model):
@@ -203,7 +208,10 @@ class _FragmentSpec(_Model):
 class NodeSpec(_Model):
     """`node`: what one trial launches and on how many GPUs."""
 
-    backend: Backend = Backend.SGLANG
+    backend: Backend = Field(
+        Backend.SGLANG,
+        description="What a trial launches: sglang, the SGLang server; sim, the simulated node.",
+    )
     launch: tuple[str, ...] | None = Field(
         None,
         description="Command prefix; default depends on backend (docs/design.md, Server launch).",
@@ -215,11 +223,27 @@ class NodeSpec(_Model):
         "the draft model a searched parameter of the speculative trials.",
     )
     gpus: int = Field(8, ge=0, description="GPUs per trial (= per node); 0 for no GPU.")
-    server_args: dict[str, ArgValue] = Field(default_factory=dict)
-    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    boot_timeout_s: float = Field(1800.0, gt=0)
-    request_timeout_s: float = Field(120.0, gt=0)
-    sim_profile: str | None = None
+    server_args: dict[str, ArgValue] = Field(
+        default_factory=dict,
+        description="launch_server flags every trial sets (flag without dashes -> value; true: "
+        "a bare flag; false or null: left out; a list: several values).",
+    )
+    env: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Environment variables of every trial's server."
+    )
+    boot_timeout_s: float = Field(
+        1800.0, gt=0, description="Seconds a server may take to answer its health check."
+    )
+    request_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds one request may take; beyond it the server counts as hung.",
+    )
+    sim_profile: str | None = Field(
+        None,
+        description="The simulated node's hardware profile (a built-in name such as "
+        "rtx-pro-6000-pcie-x8, or a YAML file), for --simulate and backend: sim.",
+    )
     sglang_version: str = "0.5.23"
     cost_per_hour: float | None = Field(
         None,
@@ -314,10 +338,10 @@ class WorkloadSpec(_Model):
     )
     input_len: int = Field(1024, gt=0, description="Prompt tokens (random dataset).")
     output_len: int = Field(256, gt=0, description="max_new_tokens, with ignore_eos.")
-    num_prompts: int = Field(64, gt=0)
+    num_prompts: int = Field(64, gt=0, description="Requests measured per concurrency level.")
     concurrency: tuple[int, ...] = Field((1,), description="A number or a list of levels.")
-    warmup_prompts: int = Field(2, ge=0)
-    seed: int = 0
+    warmup_prompts: int = Field(2, ge=0, description="Requests sent before measuring.")
+    seed: int = Field(0, description="Seed of the prompt sampling (the same prompts every trial).")
     chat_template: bool | Literal["auto"] = Field(
         "auto",
         description="Send text prompts through the model's chat template, as production "
@@ -445,8 +469,8 @@ class QualitySpec(_Model):
 class BoundSpec(_Model):
     """A constraint bound: `{max: x}` or `{min: x}`."""
 
-    max: float | None = None
-    min: float | None = None
+    max: float | None = Field(None, description="Largest value allowed.")
+    min: float | None = Field(None, description="Smallest value allowed.")
 
     @model_validator(mode="after")
     def _one_bound(self) -> Self:
@@ -470,18 +494,35 @@ class BoundSpec(_Model):
 class ObjectiveSpec(_Model):
     """`objective`: the metric to optimise and the constraints a winner must meet."""
 
-    metric: str = "output_throughput"
-    mode: Literal["max", "min"] = "max"
-    constraints: dict[str, BoundSpec] = Field(default_factory=dict)
+    metric: str = Field(
+        "output_throughput",
+        description="The metric to optimise: one a trial of this spec reports (MLflow names).",
+    )
+    mode: Literal["max", "min"] = Field("max", description="Maximise or minimise `metric`.")
+    constraints: dict[str, BoundSpec] = Field(
+        default_factory=dict,
+        description="metric -> {max: x} or {min: x}: a trial outside a bound is infeasible and "
+        "never the winner.",
+    )
 
 
 class BudgetSpec(_Model):
     """`budget`: how many trials, how many at once, and time limits."""
 
-    trials: int = Field(30, gt=0)
+    trials: int = Field(
+        30,
+        gt=0,
+        description="Search trials, the baseline (trial 0) first; confirmation boots come on top.",
+    )
     max_concurrent: int | None = Field(None, gt=0, description="Default: one per node.")
-    trial_timeout_s: float = Field(3600.0, gt=0)
-    max_hours: float | None = Field(None, gt=0)
+    trial_timeout_s: float = Field(
+        3600.0, gt=0, description="Seconds one trial may take, boot and measurement together."
+    )
+    max_hours: float | None = Field(
+        None,
+        gt=0,
+        description="Hours the run may take; then it stops and the same command resumes it.",
+    )
     reuse: bool = Field(
         False,
         description="Answer a configuration already measured on the same node fingerprint (in "
@@ -574,30 +615,57 @@ class AdaptiveSpec(_Model):
 class SearcherSpec(_Model):
     """`searcher`: which Optuna sampler proposes configurations."""
 
-    kind: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = 0
+    kind: Literal["tpe", "random", "grid"] = Field(
+        "tpe",
+        description="tpe: Optuna's TPE with spec_sweep's screening and guides; random: uniform "
+        "sampling; grid: every combination (float ranges need a step).",
+    )
+    seed: int = Field(0, description="Seed of the sampler (the same spec proposes the same).")
 
 
 class TrackingSpec(_Model):
     """`tracking`: where MLflow records the sweep."""
 
-    uri: str | None = None
-    experiment: str | None = None
+    uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (--tracking-uri overrides it); default: the SQLite "
+        "store mlruns/mlflow.db in the project.",
+    )
+    experiment: str | None = Field(None, description="MLflow experiment; default: the name.")
 
 
 class SweepSpec(_Model):
     """A whole sweep, validated. Built by `load_spec`; never constructed from raw YAML elsewhere."""
 
-    name: str
-    description: str = ""
-    node: NodeSpec
-    search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
-    baseline: dict[str, Scalar] = Field(default_factory=dict)
-    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
-    budget: BudgetSpec = Field(default_factory=BudgetSpec)
-    searcher: SearcherSpec = Field(default_factory=SearcherSpec)
-    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    name: str = Field(
+        description="The sweep's name (letters, digits, '.', '_', '-'): its state folder and "
+        "default MLflow experiment."
+    )
+    description: str = Field("", description="What the sweep asks, shown on its MLflow run.")
+    node: NodeSpec = Field(description="What a trial launches and on how many GPUs.")
+    search_space: SearchSpaceSpec = Field(
+        default_factory=SearchSpaceSpec, description="The parameters searched."
+    )
+    baseline: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="The configuration every trial is compared with (trial 0): parameter -> "
+        "value; a parameter left out takes its default, else null where its choices offer it.",
+    )
+    workload: WorkloadSpec = Field(
+        default_factory=WorkloadSpec, description="The requests each trial is measured with."
+    )
+    objective: ObjectiveSpec = Field(
+        default_factory=ObjectiveSpec, description="What the search optimises and requires."
+    )
+    budget: BudgetSpec = Field(
+        default_factory=BudgetSpec, description="How many trials and how much time."
+    )
+    searcher: SearcherSpec = Field(
+        default_factory=SearcherSpec, description="Which sampler proposes configurations."
+    )
+    tracking: TrackingSpec = Field(
+        default_factory=TrackingSpec, description="Where MLflow records the sweep."
+    )
     quality: QualitySpec | None = Field(
         None, description="Output-quality gate; off when absent (README, 'Output quality')."
     )

@@ -35,33 +35,60 @@ TAG_NOTE = "mlflow.note.content"
 # -- our tags ----------------------------------------------------------------------------------
 #: `sweep` on a sweep's parent run, `trial` on a trial's child run.
 TAG_KIND = "spec_sweep.kind"
+#: The value of `TAG_KIND` on a sweep's parent run.
 KIND_SWEEP = "sweep"
+#: The value of `TAG_KIND` on a trial's run.
 KIND_TRIAL = "trial"
+#: On the parent run: the id of the sweep's state folder (`state.json`), which finds the run
+#: again on resume.
 TAG_STATE_ID = "spec_sweep.state_id"
+#: On the parent run: `true` when the trials ran on the simulated node (or a replay).
 TAG_SIMULATE = "spec_sweep.simulate"
+#: Our trial id (`t0007`; the baseline is `t0000`; repeats add a suffix).
 TAG_TRIAL_ID = "spec_sweep.trial_id"
+#: The attempt number of a trial (an attempt lost to an interrupted run is run again under
+#: a new run).
 TAG_ATTEMPT = "spec_sweep.attempt"
+#: The trial's configuration, as JSON (parameter -> value).
 TAG_CONFIG = "spec_sweep.config"
+#: A hash of the configuration: finds the same configuration in other runs (`budget.reuse`).
 TAG_CONFIG_HASH = "spec_sweep.config_hash"
+#: A hash of what makes measurements comparable (model, hardware, SGLang version, launch
+#: command, fixed arguments, workload): where a record may be reused.
 TAG_FINGERPRINT = "spec_sweep.node_fingerprint"
+#: How the trial ended: `ok` or a failure mode (Concepts, "Failure modes").
 TAG_FAILURE = "failure_mode"
+#: Why it ended so, in one line (the deciding log line or measurement).
 TAG_REASON = "spec_sweep.reason"
+#: Seconds the attempt held the node.
 TAG_ELAPSED = "spec_sweep.elapsed_s"
+#: Where the prompts came from (the builtin set, a file, random token ids).
 TAG_PROMPTS = "spec_sweep.prompt_source"
+#: The end of the server log of a failed trial.
 TAG_LOG_EXCERPT = "spec_sweep.log_excerpt"
+#: On a trial answered from an earlier record (`budget.reuse`): the run it was taken from.
 TAG_REUSED = "spec_sweep.reused_from"
+#: `true` on a run of `spec-sweep trial` (no parent run).
 TAG_MANUAL = "spec_sweep.manual"
 #: On a confirmation boot (or baseline re-measure): the trial id it repeats.
 TAG_CONFIRMS = "spec_sweep.confirms"
 # The parent run's verdict (docs/design.md, "Confirmation").
+#: The confirmation's verdict: `confirmed winner`, `tie within noise` or `not confirmed`.
 TAG_VERDICT = "spec_sweep.confirm_verdict"
+#: Why, with the between-boot noise it was judged against.
 TAG_VERDICT_REASON = "spec_sweep.confirm_reason"
+#: The trial id with the best pooled mean over the confirmation boots.
 TAG_WINNER = "spec_sweep.winner"
+#: The trial id to launch: the winner, or on a tie the lowest-risk of those as good.
 TAG_RECOMMENDED = "spec_sweep.recommended"
+#: Set when the re-measured baseline moved beyond noise, or when the noise cannot tell.
 TAG_DRIFT = "spec_sweep.drift"
 # The parent run's adaptive judgement (README, "One configuration for every load").
+#: The adaptive configuration's verdict against the best static ones (or `not built`).
 TAG_ADAPTIVE = "spec_sweep.adaptive"
+#: Why.
 TAG_ADAPTIVE_REASON = "spec_sweep.adaptive_reason"
+#: The adaptive configuration file that was judged.
 TAG_ADAPTIVE_CONFIG = "spec_sweep.adaptive_config"
 #: The configuration recommended for every load (the adaptive one or a static trial id).
 TAG_OVERALL = "spec_sweep.recommended_every_load"
@@ -71,13 +98,16 @@ TAG_OVERALL = "spec_sweep.recommended_every_load"
 SPEEDUP_METRIC = "speedup_vs_baseline"
 #: Dollars per million output tokens at `node.cost_per_hour`.
 COST_METRIC = "usd_per_million_tokens"
-#: The adaptive judgement's parent-run metrics: its score over the mix, the best static
-#: configuration's, and (suffixed `_c<N>`) its relative difference from the best static one.
+#: On the parent run: the adaptive configuration's score over `workload.mix`.
 ADAPTIVE_MIX = "adaptive_mix_score"
+#: On the parent run: the best static configuration's score over the mix.
 ADAPTIVE_MIX_STATIC = "adaptive_mix_score_best_static"
+#: On the parent run, per level (`_c<N>`): the adaptive configuration's relative difference
+#: from the best static one.
 ADAPTIVE_DIFF = "adaptive_vs_best_static"
-#: Suffixes of a level throughput's 95% within-boot interval.
+#: Suffix of the low end of a level throughput's 95% within-boot interval.
 CI_LOW = "_ci_low"
+#: Suffix of its high end.
 CI_HIGH = "_ci_high"
 #: Prefix of the metric node telemetry is logged under (not a result of the configuration).
 SYSTEM_PREFIX = "system/"
@@ -106,19 +136,28 @@ def level_of(metric: str) -> int | None:
 
 
 # -- Ray Tune ----------------------------------------------------------------------------------
-#: Keys of a Tune trial config that carry our trial id and attempt number.
+#: Key of a Tune trial config that carries our trial id.
 CONFIG_TRIAL_ID = "__spec_sweep_trial_id"
+#: Key of a Tune trial config that carries the attempt number.
 CONFIG_ATTEMPT = "__spec_sweep_attempt"
 #: Every bookkeeping key of a Tune config starts so.
 CONFIG_PREFIX = "__spec_sweep"
-#: Keys of the result dict a trial reports to Tune (`outcome.TrialReport`).
+# Keys of the result dict a trial reports to Tune (`outcome.TrialReport`).
+#: Our trial id.
 RESULT_TRIAL_ID = "trial_id"
+#: How the trial ended (`ok` or a failure mode).
 RESULT_FAILURE = "failure_mode"
+#: Why, in one line.
 RESULT_REASON = "reason"
+#: Whether the result was answered from an earlier record instead of a launch.
 RESULT_FROM_RECORD = "from_record"
+#: Whether the trial was torn down by an interrupt (not a result of its configuration).
 RESULT_INTERRUPTED = "interrupted"
+#: Set when the node itself cannot start a server (the sweep stops instead of going on).
 RESULT_ENVIRONMENT = "environment"
+#: Seconds the trial ran.
 RESULT_TIME_TRIAL = "time_trial_s"
+#: Seconds spent recording it.
 RESULT_TIME_RECORD = "time_record_s"
 
 # -- a trial's folder ----------------------------------------------------------------------------
@@ -148,15 +187,14 @@ BOOT_PHASES: tuple[str, ...] = (
 #: Seconds from readiness to the end of the benchmark (and goodput search, quality check).
 MEASURE_METRIC = "measure_s"
 #: GPU memory free when the target's weights began to load, per GPU (GiB; the most over
-#: ranks), and the memory the target's weights took, per GPU (GiB; the least over ranks): the
-#: two facts SGLang's memory rule needs (`core.memory`), read from the trial's own log.
+#: ranks): one of the two facts SGLang's memory rule needs (`core.memory`), from the log.
 AVAIL_METRIC = "gpu_avail_pre_load_gib"
+#: The memory the target's weights took, per GPU (GiB; the least over ranks): the other.
 WEIGHTS_METRIC = "weights_gib"
 #: On a trial that was never booted because SGLang's own memory rule says it cannot boot: the
 #: rule and the facts it used (`core.memory`).
 TAG_PREDICTED = "spec_sweep.predicted"
-#: Keys of a Tune trial config: a proposal the searcher predicts to fail (the reason), and a
-#: client boot of the weight cache.
+#: Key of a Tune trial config: a proposal the searcher predicts to fail (the reason).
 CONFIG_PREDICTED = "__spec_sweep_predicted"
 #: 1 on a trial that booted as a client of SGLang's weight-cache daemon (`node.weight_cache`).
 WEIGHT_CACHE_METRIC = "weight_cache_client"
