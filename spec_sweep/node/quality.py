@@ -218,15 +218,19 @@ def _reference_top(ref: dict[str, Any]) -> list[list[Top | None]] | None:
 
 
 def _baseline_check(out: GreedyOutput, quality: QualitySpec) -> QualityCheck:
-    """The baseline against itself: identical by definition; says when margins are missing."""
+    """The baseline against itself: identical by definition. Its reason says plainly that it is
+    the reference (and when its margins are missing)."""
     check = judge_outputs(out.ids, out.top, out.ids, quality=quality)
-    remark = ""
+    remark = (
+        "the quality gate's reference: every other trial's greedy outputs are judged against "
+        "this trial's"
+    )
     if out.top is None:
-        remark = (
-            "the baseline's server returned no top log-probabilities: every divergence from "
-            "its greedy outputs will count as confident"
+        remark += (
+            "; its server returned no top log-probabilities, so every divergence from its "
+            "greedy outputs counts as confident"
         )
-    reason = remark or "the baseline's greedy outputs are the reference"
+    reason = remark
     return QualityCheck(
         True, True, reason, check.verdicts, check.agreement, quality.tokens, remark=remark
     )

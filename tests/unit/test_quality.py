@@ -113,7 +113,11 @@ def test_the_baseline_asks_for_top_logprobs_and_records_them(
     assert (body["return_logprob"], body["top_logprobs_num"]) == (True, TOP_LOGPROBS)
     assert body["logprob_start_len"] == -1
     assert check.passed
-    assert check.note == ""
+    # the baseline's line says it is the reference (no warning, no "not checked")
+    assert check.note == (
+        "the quality gate's reference: every other trial's greedy outputs are judged against "
+        "this trial's"
+    )
     assert check.metrics()["quality_confident_share"] == 0.0
     assert [len(p) for p in record["top_logprobs"]] == [24, 24]
     assert record["top_logprobs"][0][0][0] == [pytest.approx(-0.271079, abs=1e-6), 7042]
@@ -215,6 +219,7 @@ def test_without_the_baselines_logprobs_every_divergence_is_confident(
         item["meta_info"].pop("output_top_logprobs")
     base, record = _check(url, tmp_path, "t0000")
     assert base.passed
+    assert base.note.startswith("the quality gate's reference: ")
     assert "returned no top log-probabilities" in base.note
     assert record["top_logprobs"] is None
     _take(state, 0, 5, 1797)
