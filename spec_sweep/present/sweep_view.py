@@ -174,9 +174,10 @@ class SweepView:
 def quality_lines(spec: SweepSpec, done: list[TrialRecord]) -> list[str]:
     """The quality gate's verdicts over a sweep's trials, in one line (README, "Output quality").
 
-    Judged trials carry `quality_confident_share`; `wrong_output` ones failed the gate, and the
-    first one's reason says where its outputs went wrong. The baseline, the reference, is left
-    out.
+    Judged trials carry `quality_confident_share`; `wrong_output` ones failed the gate. The
+    baseline is named as the reference and left out of the counts. The first `wrong_output`
+    trial's reason (where its outputs went wrong) follows on a line of its own, whole: the
+    terminal wraps it at word boundaries, the report shows it as a paragraph.
     """
     q = spec.quality
     if q is None:
@@ -202,9 +203,10 @@ def quality_lines(spec: SweepSpec, done: list[TrialRecord]) -> list[str]:
     text = (
         f"quality gate ({q.num_prompts} prompts x {q.tokens} tokens; near tie < "
         f"{q.margin_nats:g} nats; confident share <= {q.max_confident_share:g}): "
+        + f"reference {BASELINE_ID} (the baseline); "
         + ", ".join(parts)
     )
-    if wrong:
-        why = wrong[0].reason.removeprefix("wrong output: ")
-        text += f" ({wrong[0].trial_id}: {why[:200]})"
-    return [text]
+    if not wrong:
+        return [text]
+    why = wrong[0].reason.removeprefix("wrong output: ")
+    return [text, f"  first wrong_output, {wrong[0].trial_id}: {why}"]

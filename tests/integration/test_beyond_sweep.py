@@ -97,8 +97,9 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
     assert "winner per concurrency level (output_throughput):" in text
     assert "GPU-hours" in text
     assert "wrong_output" in text
-    gate = next(line for line in text.splitlines() if line.startswith("quality gate"))
-    assert f"{len(wrong)} wrong_output ({wrong[0].trial_id}: " in gate
+    words = " ".join(text.split())
+    assert "reference t0000 (the baseline); " in words
+    assert f"{len(wrong)} wrong_output first wrong_output, {wrong[0].trial_id}: " in words
 
     # `spec-sweep trial` against the sweep's state folder is judged by the sweep's baseline
     reference = tmp_path / ".spec_sweep" / "beyond" / "trials" / "t0000" / "attempt1"

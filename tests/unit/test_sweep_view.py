@@ -86,9 +86,11 @@ def test_the_quality_line_counts_verdicts_and_says_why_a_trial_was_wrong(tmp_pat
             reason="wrong output: 8/8 prompts diverge where ...",
         ),
     ]
-    (line,) = SweepView.of(History(spec, records)).quality_lines()
+    line, why = SweepView.of(History(spec, records)).quality_lines()
     assert line == (
         "quality gate (8 prompts x 32 tokens; near tie < 0.5 nats; confident share <= 0): "
+        "reference t0000 (the baseline); "
         "1 identical to the baseline, 1 passed with near-tie flips only, 1 not judged, "
-        "1 wrong_output (t0004: 8/8 prompts diverge where ...)"
+        "1 wrong_output"
     )
+    assert why == "  first wrong_output, t0004: 8/8 prompts diverge where ..."

@@ -4,7 +4,7 @@ constraints, objective (core.history.History.ranked)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness import DROP, make_spec
@@ -104,6 +104,40 @@ def test_no_trial_meeting_the_constraints_has_no_best(tmp_path: Path) -> None:
     assert "no trial met the objective's constraints yet" in "\n".join(
         _summary_lines(spec, RECORDS)
     )
+
+
+#: A real gate's reason (issue 51's NGRAM trial): longer than a terminal line.
+_WRONG = (
+    "wrong output: 1/16 prompts diverge where the baseline was confident (share 0.0625 > "
+    "quality.max_confident_share 0), 12/16 prompts flipped at a near tie (widest 0.375 < "
+    "quality.margin_nats 0.5 nats), 3 identical; first confident: prompt #11 at token 8: token "
+    "2688 0.5 nats below the baseline's 1070 (top-2 margin 0 nats)"
+)
+
+
+def test_the_quality_gate_line_keeps_a_wrong_trials_whole_reason_wrapped_at_words(
+    tmp_path: Path,
+) -> None:
+    spec = make_spec(tmp_path, quality={"num_prompts": 16, "tokens": 64})
+    same = {"quality_confident_share": 0.0, "quality_near_tie_flips": 0.0}
+    wrong = replace(
+        _record("t0001", 256, 95.0, 900.0, 2000),
+        failure_mode=FailureMode.WRONG_OUTPUT,
+        reason=_WRONG,
+        metrics={"quality_confident_share": 0.0625},
+    )
+    records = [replace(RECORDS[0], metrics={**RECORDS[0].metrics, **same}), wrong]
+    console = Console(record=True, width=100, color_system=None)
+    print_summary(console, _Outcome(SweepView.of(History(spec, records))))
+    lines = console.export_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("quality gate"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("node-hours"))
+    words = " ".join(" ".join(lines[start:end]).split())
+    assert "reference t0000 (the baseline); 0 identical" in words
+    # whole, every word intact (it was cut at 200 characters: "...3 identical; fi)")
+    why = _WRONG.removeprefix("wrong output: ")
+    assert words.endswith(f"1 wrong_output first wrong_output, t0001: {why}")
+    assert all(len(line) <= 100 for line in lines)
 
 
 def test_minimised_objective_ranks_lowest_first(tmp_path: Path) -> None:
