@@ -115,7 +115,33 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a sweep spec and exit")
     validate.add_argument("sweep", metavar="SWEEP.yaml")
+    validate.add_argument(
+        "--fix",
+        action="store_true",
+        help="rewrite the spec's renamed SGLang flags for the node's version, showing the diff",
+    )
+    validate.add_argument(
+        "--sglang-version",
+        metavar="V",
+        help="with --fix: rewrite for this SGLang version instead of the node's",
+    )
     _add_common(validate)
+
+    manifest = sub.add_parser(
+        "manifest", help="write the flag manifest of the SGLang installed here (JSON)"
+    )
+    manifest.add_argument(
+        "--version",
+        metavar="V",
+        help="the SGLang version it must be (a bundled version is written without SGLang)",
+    )
+    manifest.add_argument(
+        "--python",
+        metavar="PYTHON",
+        help="the interpreter whose SGLang is read (default: this one)",
+    )
+    manifest.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    _add_common(manifest)
 
     report = sub.add_parser("report", help="rebuild a sweep's report")
     report.add_argument("sweep", metavar="SWEEP.yaml")
@@ -228,7 +254,14 @@ def _fail(args: argparse.Namespace, exc: BaseException, *, unexpected: bool = Fa
 
 
 def _load(args: argparse.Namespace) -> SweepSpec:
-    spec = load_spec(args.sweep)
+    # The node's SGLang decides `node.sglang_version: auto` and is checked against a written
+    # one; the simulated node and a replay have none to ask, and on a joined Ray cluster every
+    # node is asked by the driver (`orchestrate.versions`).
+    simulated = bool(getattr(args, "simulate", False) or getattr(args, "replay", None))
+    joined = bool(getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"))
+    detect = not simulated and not (args.command == "run" and joined)
+    state_dir = getattr(args, "state_dir", None)
+    spec = load_spec(args.sweep, detect=detect, state_dir=state_dir)
     trials = getattr(args, "trials", None)
     if trials is not None:
         if trials <= 0:
@@ -245,6 +278,10 @@ def _load(args: argparse.Namespace) -> SweepSpec:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    if args.fix:
+        _fix(args)
+    elif args.sglang_version:
+        raise SpecError("--sglang-version: only applies with --fix")
     spec = _load(args)
     from spec_sweep.store.paths import check_tracking_uri
 
@@ -254,6 +291,51 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         f"{Path(args.sweep)}: ok: sweep {spec.name!r}, {n_params} parameters, "
         f"{spec.budget.trials} trials, objective {spec.objective.mode} {spec.objective.metric}"
     )
+    _print_version(spec)
+    return EXIT_OK
+
+
+def _print_version(spec: SweepSpec) -> None:
+    """Which SGLang version the spec was checked against and why (and a version newer than
+    any known one, once)."""
+    from spec_sweep.core.versions import newer_than_known, version_line
+
+    _out.print(f"flags checked against {version_line(spec.node)}", markup=False)
+    notice = newer_than_known(spec.node.sglang_version)
+    if notice:
+        _out.print(f"note: {notice}", markup=False)
+
+
+def _fix(args: argparse.Namespace) -> None:
+    """`validate --fix`: rewrite the spec for the node's (or the given) SGLang version."""
+    from spec_sweep.spec_load import fix_spec
+
+    fixed = fix_spec(args.sweep, detect=args.sglang_version is None, version=args.sglang_version)
+    if fixed.after != fixed.before:
+        print(fixed.diff(), end="")
+        with _output(fixed.path):
+            fixed.path.write_text(fixed.after, encoding="utf-8")
+        _out.print(
+            f"{fixed.path}: rewritten for SGLang {fixed.version}: " + "; ".join(fixed.changes),
+            markup=False,
+        )
+    else:
+        _out.print(f"{fixed.path}: nothing to rewrite for SGLang {fixed.version}", markup=False)
+    for line in fixed.left:
+        _out.print(f"left as is: {line}", markup=False)
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    """Write the flag manifest of the SGLang installed here (or a bundled one)."""
+    from spec_sweep.node.sglang_env import write_manifest
+
+    out = Path(args.output) if args.output else None
+    with _output(out or Path("-")):
+        text = write_manifest(args.version, python=args.python, out=out)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        _err.print(f"wrote {out}", markup=False)
     return EXIT_OK
 
 
@@ -601,6 +683,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "docs": _cmd_docs,
     "export": _cmd_export,
+    "manifest": _cmd_manifest,
     "report": _cmd_report,
     "run": _cmd_run,
     "schema": _cmd_schema,

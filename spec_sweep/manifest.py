@@ -1,12 +1,15 @@
 """SGLang ``launch_server`` flag manifests: which flags each SGLang version accepts, and how.
 
 The manifests in ``spec_sweep/manifests/sglang-<VERSION>.json`` are generated from SGLang's own
-argument parser by ``scripts/gen_sglang_manifest.py`` and never edited by hand. This module owns
-reading them: :func:`load_manifest` returns a :class:`FlagManifest` whose ``lookup`` checks a
-flag name exactly (no abbreviations, so a retired flag is caught even where argparse would take it
-as a prefix of a newer one), whose ``suggest`` proposes replacements for an unknown name, and whose
-``build_parser`` rebuilds an ``argparse`` parser that accepts and rejects command lines the way
-SGLang's does (the simulated server uses it).
+argument parser (``spec_sweep.node.sglang_parser``; ``spec-sweep manifest``) and never edited by
+hand; a version without one gets its manifest built at run time from the node's SGLang, kept in
+the sweep's state folder (``load_manifest(version, folder=...)``). This module owns reading them
+and what they say about renamed flags (:func:`replacement`). :func:`load_manifest` returns a
+:class:`FlagManifest` whose ``lookup`` checks a flag name exactly (no abbreviations, so a retired
+flag is caught even where argparse would take it as a prefix of a newer one), whose ``suggest``
+proposes replacements for an unknown name, and whose ``build_parser`` rebuilds an ``argparse``
+parser that accepts and rejects command lines the way SGLang's does (the simulated server uses
+it).
 """
 
 from __future__ import annotations
@@ -19,18 +22,27 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "FlagInfo",
     "FlagManifest",
     "ManifestError",
+    "Replacement",
     "available_versions",
+    "is_bundled",
     "load_manifest",
+    "manifest_from_text",
+    "newest_version",
+    "replacement",
 ]
 
 _FILE_RE = re.compile(r"^sglang-(?P<version>.+)\.json$")
-_GENERATOR_HINT = "generate one with scripts/gen_sglang_manifest.py --version VERSION"
+_GENERATOR_HINT = (
+    "on a machine with that SGLang, `spec-sweep manifest -o sglang-VERSION.json` writes it; "
+    "or set node.sglang_version: auto there"
+)
 # Actions that never consume a value from the command line.
 _BARE_ACTIONS = frozenset(
     {"store_true", "store_false", "store_const", "append_const", "count", "help", "version"}
@@ -195,12 +207,23 @@ def available_versions() -> list[str]:
     return sorted(versions, key=_version_key)
 
 
-@functools.cache
-def load_manifest(version: str) -> FlagManifest:
+def newest_version() -> str:
+    """The newest SGLang version with a manifest in the package (`auto` before the node says)."""
+    return available_versions()[-1]
+
+
+def is_bundled(version: str) -> bool:
+    """Whether the package ships the manifest of `version`."""
+    return resources.files("spec_sweep").joinpath("manifests", f"sglang-{version}.json").is_file()
+
+
+def load_manifest(version: str, *, folder: Path | None = None) -> FlagManifest:
     """Load the flag manifest of one SGLang version (cached).
 
     Args:
         version: An SGLang release, exactly as in the manifest's file name (``"0.5.23"``).
+        folder: Where manifests built at run time are kept (`sglang-<VERSION>.json`, the
+            sweep's state folder); the package's own are looked at first.
 
     Returns:
         The manifest.
@@ -209,15 +232,34 @@ def load_manifest(version: str) -> FlagManifest:
         ManifestError: No manifest for ``version`` (the message lists the available ones), or
             the file is not a valid manifest.
     """
-    resource = resources.files("spec_sweep").joinpath("manifests", f"sglang-{version}.json")
-    if not resource.is_file():
+    return _load_manifest(version, folder.resolve() if folder is not None else None)
+
+
+@functools.cache
+def _load_manifest(version: str, folder: Path | None) -> FlagManifest:
+    name = f"sglang-{version}.json"
+    resource = resources.files("spec_sweep").joinpath("manifests", name)
+    if resource.is_file():
+        text = resource.read_text(encoding="utf-8")
+    elif folder is not None and (folder / name).is_file():
+        text = (folder / name).read_text(encoding="utf-8")
+    else:
         available = ", ".join(available_versions()) or "none"
         raise ManifestError(
             f"no SGLang flag manifest for version {version!r}; available: {available} "
             f"({_GENERATOR_HINT})"
         )
+    return manifest_from_text(text, name=name)
+
+
+def manifest_from_text(text: str, *, name: str = "manifest") -> FlagManifest:
+    """Parse a manifest file's text (as `spec-sweep manifest` writes it).
+
+    Raises:
+        ManifestError: the text is not a valid manifest.
+    """
     try:
-        raw = json.loads(resource.read_text(encoding="utf-8"))
+        raw = json.loads(text)
         return FlagManifest(
             sglang_version=str(raw["sglang_version"]),
             flags=tuple(_flag_from_json(entry) for entry in raw["flags"]),
@@ -226,9 +268,74 @@ def load_manifest(version: str) -> FlagManifest:
         )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ManifestError(
-            f"SGLang flag manifest sglang-{version}.json is invalid ({exc!r}); regenerate it "
-            f"({_GENERATOR_HINT})"
+            f"SGLang flag manifest {name} is invalid ({exc!r}); regenerate it ({_GENERATOR_HINT})"
         ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """What replaces a flag that is deprecated in, or gone from, one SGLang version.
+
+    Attributes:
+        old: The flag as the spec writes it (``"cuda-graph-max-bs"``).
+        new: The flag that replaces it (``"cuda-graph-max-bs-decode"``).
+        value: For a bare flag that became a value of another (``--disable-piecewise-cuda-graph``
+            -> ``--cuda-graph-backend-prefill=disabled``), that value; None when the value
+            carries over unchanged.
+        source: The manifest (version) whose help text names the replacement.
+    """
+
+    old: str
+    new: str
+    value: str | None
+    source: str
+
+
+# "Deprecated alias for --new." / "Deprecated alias for --new=value." / "[Deprecated] Use --new
+# instead." / "(Deprecated, use --new)": the wording SGLang's deprecated actions carry.
+_ALIAS_RE = re.compile(
+    r"(?:alias for|[Uu]se)\s+--(?P<new>[a-z0-9][a-z0-9-]*)"
+    r"(?:=(?P<value>[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*))?"
+    r"(?P<rest>[^\s.,)]*)"
+)
+
+
+def replacement(key: str, manifest: FlagManifest) -> Replacement | None:
+    """The flag of `manifest`'s version that replaces `key`, where SGLang names one.
+
+    `key` is deprecated in `manifest` (its help names the replacement), or gone from it and
+    deprecated in another known manifest whose replacement `manifest` has (``cuda-graph-max-bs``,
+    deprecated from 0.5.14, gone from 0.5.20: ``cuda-graph-max-bs-decode``).
+
+    Args:
+        key: A flag name without dashes.
+        manifest: The manifest of the node's version.
+
+    Returns:
+        The replacement, or None when no manifest names one that `manifest` accepts as a
+        current flag (a help text such as ``--cuda-graph-backend-{decode,prefill}=disabled``
+        names no single flag).
+    """
+    seen = [manifest] + [
+        load_manifest(v) for v in reversed(available_versions()) if v != manifest.sglang_version
+    ]
+    for source in seen:
+        flag = source.lookup(key)
+        if flag is None or not flag.deprecated:
+            continue
+        match = _ALIAS_RE.search(flag.help)
+        if match is None or match.group("rest"):
+            continue
+        new = manifest.lookup(match.group("new"))
+        if new is None or new.deprecated:
+            continue
+        value = match.group("value")
+        if value is not None and flag.takes_value:
+            continue  # a valued flag mapped to one value of another: not a rename
+        if value is None and flag.takes_value != new.takes_value:
+            continue  # a bare flag for a valued one (or back): the value is not the spec's
+        return Replacement(old=key, new=new.name, value=value, source=source.sglang_version)
+    return None
 
 
 def _version_key(version: str) -> tuple[tuple[int, int | str], ...]:

@@ -29,9 +29,11 @@ from pydantic import (
     model_validator,
 )
 
+from spec_sweep.manifest import newest_version
 from spec_sweep.spec_metrics import LEVEL_METRICS, metric_names
 
 __all__ = [
+    "AUTO_VERSION",
     "DRAFT_PATH",
     "NO_DRAFT_MODEL",
     "AdaptiveSpec",
@@ -67,6 +69,9 @@ _ALGORITHM = "speculative-algorithm"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*([.\-+]?[A-Za-z0-9]+)*$")
+#: `node.sglang_version: auto`: the SGLang the node runs decides.
+AUTO_VERSION = "auto"
 
 
 class _Model(BaseModel):
@@ -244,7 +249,21 @@ class NodeSpec(_Model):
         description="The simulated node's hardware profile (a built-in name such as "
         "rtx-pro-6000-pcie-x8, or a YAML file), for --simulate and backend: sim.",
     )
-    sglang_version: str = "0.5.23"
+    sglang_version: str = Field(
+        AUTO_VERSION,
+        description="The SGLang version `node.launch` starts: `auto` (default) uses the "
+        "version found on the node (the launch environment's package, on every node of a Ray "
+        "cluster, or the server's own report for a custom launch prefix); an explicit version "
+        "must match the node's, else the sweep stops. Without SGLang on the machine (a laptop, "
+        "--simulate, --replay) the explicit version, or the newest bundled manifest's. Flags "
+        "are checked against that version's manifest (docs/concepts/sglang-versions.md).",
+    )
+    sglang_version_source: Literal["spec", "auto", "node", "server"] = Field(
+        "spec",
+        description="Set by spec_sweep, never written in a spec: where sglang_version came "
+        "from (spec: written; auto: no SGLang found, the newest bundled manifest's; node: "
+        "found in the launch environment; server: reported by the server).",
+    )
     cost_per_hour: float | None = Field(
         None,
         gt=0,
@@ -264,6 +283,23 @@ class NodeSpec(_Model):
         "~/.cache/spec_sweep/compile, a path = that folder (e.g. a volume), false = SGLang's "
         "own defaults.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_version(cls, data: Any) -> Any:
+        """`auto` (or no version) holds the newest bundled manifest's version until the node's
+        own is found (`spec_load.load_spec`), so every reader sees a concrete version."""
+        if not isinstance(data, dict):
+            return data
+        version = data.get("sglang_version", AUTO_VERSION)
+        if version == AUTO_VERSION:
+            data = {**data, "sglang_version": newest_version(), "sglang_version_source": "auto"}
+        elif isinstance(version, str) and not _VERSION_RE.match(version):
+            raise ValueError(
+                f"sglang_version {version!r} is not a version: write auto (the node's SGLang) "
+                "or a release such as 0.5.17"
+            )
+        return data
 
     @field_validator("env")
     @classmethod

@@ -10,8 +10,10 @@ fix; nothing downstream re-reads YAML.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,21 @@ from spec_sweep.core.adaptive import spec_problems
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.versions import weight_cache_problem
 from spec_sweep.errors import SpecError
-from spec_sweep.manifest import FlagInfo, FlagManifest, ManifestError, load_manifest
+from spec_sweep.manifest import (
+    FlagInfo,
+    FlagManifest,
+    ManifestError,
+    is_bundled,
+    load_manifest,
+    replacement,
+)
 from spec_sweep.node.prompts import prompt_format
+from spec_sweep.node.sglang_env import build_manifest, find_sglang
 from spec_sweep.spec import (
+    AUTO_VERSION,
     DRAFT_PATH,
     RESERVED_FLAGS,
+    NodeSpec,
     ParamSpec,
     Scalar,
     SweepSpec,
@@ -36,24 +48,39 @@ from spec_sweep.spec import (
     drafting_algorithms,
     spec_metric_names,
 )
+from spec_sweep.store.paths import default_state_root, sweep_state_dir
 
-__all__ = ["load_spec"]
+__all__ = ["SpecFix", "fix_spec", "load_spec"]
 
 _PROJECT_DIR = Path(__file__).resolve().parent.parent
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def load_spec(path: str | Path) -> SweepSpec:
+def load_spec(
+    path: str | Path,
+    *,
+    detect: bool = False,
+    node_version: str | None = None,
+    state_dir: str | Path | None = None,
+) -> SweepSpec:
     """Read, resolve and validate a sweep spec.
 
     Args:
         path: The sweep YAML file.
+        detect: Ask this machine's launch environment which SGLang `node.launch` starts
+            (`node.sglang_env.find_sglang`) and check the spec against it.
+        node_version: The SGLang version the nodes run, found by the caller (every node of a
+            Ray cluster); takes the place of `detect`.
+        state_dir: Root of the sweep state folders (`--state-dir`): manifests built at run
+            time are kept in the sweep's state folder, under `manifests/`.
 
     Returns:
-        The validated, frozen spec.
+        The validated, frozen spec, `node.sglang_version` resolved (`sglang_version_source`
+        says from where).
 
     Raises:
-        SpecError: one line naming the file, the field, the value and the fix.
+        SpecError: one line naming the file, the field, the value and the fix (also: a written
+            `node.sglang_version` that is not the node's).
     """
     path = Path(path)
     raw = _read_yaml(path)
@@ -69,8 +96,53 @@ def load_spec(path: str | Path) -> SweepSpec:
     except ValidationError as exc:
         raise SpecError(_format_validation(path, exc, raw)) from exc
     spec = _resolve_paths(path, spec)
-    _check_semantics(path, spec)
+    spec = _resolve_version(path, spec, detect=detect, node_version=node_version)
+    folder = sweep_state_dir(spec, state_dir) / "manifests"
+    _check_semantics(path, spec, manifest=_manifest(path, spec, folder, built_here=detect))
     return spec
+
+
+def _resolve_version(
+    path: Path, spec: SweepSpec, *, detect: bool, node_version: str | None
+) -> SweepSpec:
+    """`node.sglang_version` as the node decides: the node's version for `auto`, and a written
+    version checked against it."""
+    node = spec.node
+    where = "the nodes of the Ray cluster"
+    if node_version is None and detect:
+        found = find_sglang(node)
+        node_version, where = found.version, found.where
+    if node_version is None:
+        return spec
+    if node.sglang_version_source == "spec" and node.sglang_version != node_version:
+        raise SpecError(
+            f"{path}: node.sglang_version: {node.sglang_version!r} is written, but the node "
+            f"runs SGLang {node_version} ({where}): write auto (or {node_version}), or launch "
+            f"SGLang {node.sglang_version}"
+        )
+    if node.sglang_version_source == "spec":
+        return spec
+    resolved = node.model_copy(
+        update={"sglang_version": node_version, "sglang_version_source": "node"}
+    )
+    return spec.model_copy(update={"node": resolved})
+
+
+def _manifest(path: Path, spec: SweepSpec, folder: Path, *, built_here: bool) -> FlagManifest:
+    """The flag manifest of the spec's version: bundled, kept in `folder`, or (for the SGLang
+    of this machine's launch environment) read from its own parser into `folder`."""
+    version = spec.node.sglang_version
+    if (
+        built_here
+        and spec.node.sglang_version_source in ("node", "spec")
+        and not is_bundled(version)
+        and not (folder / f"sglang-{version}.json").is_file()
+    ):
+        build_manifest(spec.node, folder / f"sglang-{version}.json", version=version)
+    try:
+        return load_manifest(version, folder=folder)
+    except ManifestError as exc:
+        raise SpecError(f"{path}: node.sglang_version: {version!r}: {exc}") from exc
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -278,18 +350,12 @@ def _short(value: Any) -> str:
 # Semantic checks (need the whole spec and the flag manifest)
 
 
-def _check_semantics(path: Path, spec: SweepSpec) -> None:
+def _check_semantics(path: Path, spec: SweepSpec, *, manifest: FlagManifest) -> None:
     """Checks that need the whole spec and SGLang's flag manifest, in the order a reader meets
     the sections: node, search space, baseline, objective, searcher, draft model."""
 
     def fail(field: str, message: str) -> None:
         raise SpecError(f"{path}: {field}: {message}")
-
-    try:
-        manifest = load_manifest(spec.node.sglang_version)
-    except ManifestError as exc:
-        fail("node.sglang_version", f"{spec.node.sglang_version!r}: {exc}")
-        raise  # unreachable; keeps mypy happy
 
     _check_prompts(path, spec)
     _check_node(fail, manifest, spec)
@@ -447,6 +513,15 @@ def _check_key(fail: Any, manifest: FlagManifest, field: str, key: str, *, allow
     if key in RESERVED_FLAGS:
         fail(field, f"{key!r} is set by spec_sweep itself (node.model / node.draft_model)")
     flag = manifest.lookup(key)
+    renamed = replacement(key, manifest) if flag is None or flag.deprecated else None
+    if renamed is not None:
+        new = renamed.new + (f": {renamed.value}" if renamed.value is not None else "")
+        state = "gone from" if flag is None else "deprecated in"
+        fail(
+            field,
+            f"{key!r} is {state} SGLang {manifest.sglang_version}; its replacement is {new!r} "
+            "(spec-sweep validate --fix rewrites the spec for this version)",
+        )
     if flag is None:
         hints = manifest.suggest(key)
         hint = f": did you mean {' or '.join(repr(h) for h in hints[:2])}?" if hints else ""
@@ -531,3 +606,192 @@ def _may_need_draft(spec: SweepSpec) -> bool:
     if param is not None and param.choices is not None:
         values.extend(param.choices)
     return any(isinstance(v, str) and v.upper().startswith("EAGLE") for v in values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewriting a spec for the node's SGLang version (`spec-sweep validate --fix`)
+
+
+@dataclass(frozen=True)
+class SpecFix:
+    """A spec rewritten for one SGLang version.
+
+    Attributes:
+        path: The spec file.
+        version: The SGLang version it was rewritten for.
+        before: The file's text.
+        after: The rewritten text (equal to `before`: nothing to rewrite).
+        changes: One line per change (`node.server_args.cuda-graph-max-bs ->
+            cuda-graph-max-bs-decode`).
+        left: What could not be rewritten in this file, one line each (a flag that comes
+            from an included fragment, a replacement that is not a rename).
+    """
+
+    path: Path
+    version: str
+    before: str
+    after: str
+    changes: tuple[str, ...]
+    left: tuple[str, ...]
+
+    def diff(self) -> str:
+        """The change as a unified diff of the file."""
+        return "".join(
+            difflib.unified_diff(
+                self.before.splitlines(keepends=True),
+                self.after.splitlines(keepends=True),
+                fromfile=f"{self.path} (before)",
+                tofile=f"{self.path} (SGLang {self.version})",
+            )
+        )
+
+
+def fix_spec(
+    path: str | Path,
+    *,
+    detect: bool = True,
+    version: str | None = None,
+    state_dir: str | Path | None = None,
+) -> SpecFix:
+    """Rewrite a spec's flags for the node's SGLang version (nothing is written here).
+
+    Flags that version renamed (the manifests name the replacement: `cuda-graph-max-bs` ->
+    `cuda-graph-max-bs-decode`; `disable-piecewise-cuda-graph: true` ->
+    `cuda-graph-backend-prefill: disabled`) are renamed wherever the file names them (fixed
+    server arguments, searched parameters, the baseline, `when:` conditions), and a written
+    `node.sglang_version` becomes the target. Comments and layout stay.
+
+    Args:
+        path: The spec file.
+        detect: Take the target version from this machine's launch environment.
+        version: The target version (instead of detecting it).
+        state_dir: Root of the sweep state folders (manifests built at run time are kept in
+            the sweep's).
+
+    Returns:
+        The rewrite; `after` equals `before` when nothing needed rewriting.
+
+    Raises:
+        SpecError: the file cannot be read or is not a spec at all.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    raw = _read_yaml(path)
+    if not isinstance(raw, dict) or not isinstance(raw.get("node"), dict):
+        raise SpecError(f"{path}: the file must hold a mapping with a node section")
+    raw_node = dict(raw["node"])
+    written = raw_node.get("sglang_version")
+    probe = dict(raw_node)
+    probe.pop("sglang_version", None)
+    try:
+        node = NodeSpec.model_validate(probe)
+    except ValidationError as exc:
+        raise SpecError(_format_validation(path, exc, {"node": probe})) from exc
+    target = version
+    if target is None and detect:
+        target = find_sglang(node).version
+    if target is None:
+        target = str(written) if written not in (None, AUTO_VERSION) else node.sglang_version
+    folder = _state_folder(raw, state_dir) / "manifests"
+    if detect and version is None and not is_bundled(target):
+        manifest_file = folder / f"sglang-{target}.json"
+        if not manifest_file.is_file():
+            build_manifest(node, manifest_file, version=target)
+    try:
+        manifest = load_manifest(target, folder=folder)
+    except ManifestError as exc:
+        raise SpecError(f"{path}: node.sglang_version: {target!r}: {exc}") from exc
+    after, changes, left = _rewrite(text, raw, path, manifest)
+    if written not in (None, AUTO_VERSION) and str(written) != target:
+        after, count = _VERSION_LINE.subn(rf'\g<1>"{target}"', after, count=1)
+        if count:
+            changes.append(f"node.sglang_version: {written} -> {target}")
+    return SpecFix(path, target, text, after, tuple(changes), tuple(left))
+
+
+_VERSION_LINE = re.compile(r"""^(\s*sglang_version:\s*)(["']?)[^\s"'#]+\2""", re.MULTILINE)
+
+
+def _state_folder(raw: Mapping[str, Any], state_dir: str | Path | None) -> Path:
+    name = raw.get("name")
+    root = Path(state_dir).resolve() if state_dir else default_state_root()
+    return root / name if isinstance(name, str) and name else root
+
+
+def _file_keys(raw: Mapping[str, Any]) -> dict[str, str]:
+    """Every flag key the file itself names -> where it names it first."""
+    node = raw.get("node") or {}
+    space = raw.get("search_space") or {}
+    own_params = space.get("params") if isinstance(space, dict) else None
+    fixed = node.get("server_args") if isinstance(node, dict) else None
+    keys: dict[str, str] = {}
+    for key in fixed or {}:
+        keys.setdefault(str(key), f"node.server_args.{key}")
+    for key, param in (own_params or {}).items():
+        keys.setdefault(str(key), f"search_space.params.{key}")
+        if isinstance(param, dict) and isinstance(param.get("when"), dict):
+            for dep in param["when"]:
+                keys.setdefault(str(dep), f"search_space.params.{key}.when.{dep}")
+    for key in raw.get("baseline") or {}:
+        keys.setdefault(str(key), f"baseline.{key}")
+    return {k: w for k, w in keys.items() if not k.startswith("env.") and k not in RESERVED_FLAGS}
+
+
+def _rewrite(
+    text: str, raw: Mapping[str, Any], path: Path, manifest: FlagManifest
+) -> tuple[str, list[str], list[str]]:
+    """Rename, in `text`, every flag key of the file that `manifest`'s version replaced."""
+    keys = _file_keys(raw)
+    changes: list[str] = []
+    left: list[str] = []
+    for key, where in keys.items():
+        flag = manifest.lookup(key)
+        if flag is not None and not flag.deprecated:
+            continue
+        renamed = replacement(key, manifest)
+        if renamed is None:
+            left.append(
+                f"{where}: no replacement of {key!r} is known for SGLang "
+                f"{manifest.sglang_version}: edit it by hand"
+            )
+        elif renamed.value is not None:
+            # a bare flag that became one value of another: only `key: true` among the fixed
+            # server arguments can be rewritten as `new: value`
+            pattern = re.compile(rf"""(?<![\w.-])(["']?){re.escape(key)}\1(\s*:\s*)true\b""")
+            count = 0
+            if where.startswith("node.server_args."):
+                text, count = pattern.subn(rf"{renamed.new}\g<2>{renamed.value}", text, count=1)
+            if count:
+                changes.append(f"{where}: true -> {renamed.new}: {renamed.value}")
+            else:
+                left.append(f"{where}: {key!r} is now {renamed.new}: {renamed.value}: edit it")
+        else:
+            pattern = re.compile(rf"""(?<![\w.-])(["']?){re.escape(key)}\1(?=\s*:)""")
+            text, count = pattern.subn(renamed.new, text)
+            if count:
+                changes.append(f"{where} -> {renamed.new}")
+    for key in _fragment_keys(raw, path):
+        flag = manifest.lookup(key)
+        if key.startswith("env.") or (flag is not None and not flag.deprecated):
+            continue
+        renamed = replacement(key, manifest)
+        hint = ""
+        if renamed is not None:
+            now = renamed.new + (f": {renamed.value}" if renamed.value is not None else "")
+            hint = f" (now {now!r})"
+        left.append(
+            f"search_space.include: {key!r}{hint} comes from an included fragment: include one "
+            f"written for SGLang {manifest.sglang_version} instead"
+        )
+    return text, changes, left
+
+
+def _fragment_keys(raw: Mapping[str, Any], path: Path) -> list[str]:
+    space = raw.get("search_space") or {}
+    if not isinstance(space, dict) or not space.get("include"):
+        return []
+    try:
+        merged = _resolve_includes(path, {"include": space["include"]})
+    except SpecError:
+        return []
+    return [str(k) for k in merged.get("params") or {}]

@@ -194,6 +194,9 @@ WEIGHTS_METRIC = "weights_gib"
 #: On a trial that was never booted because SGLang's own memory rule says it cannot boot: the
 #: rule and the facts it used (`core.memory`).
 TAG_PREDICTED = "spec_sweep.predicted"
+#: On the parent run: the SGLang version the sweep's flags and rules follow, and where it came
+#: from (`SGLang 0.5.17 (auto: the version installed where node.launch runs)`).
+TAG_SGLANG_VERSION = "spec_sweep.sglang_version"
 #: Key of a Tune trial config: a proposal the searcher predicts to fail (the reason).
 CONFIG_PREDICTED = "__spec_sweep_predicted"
 #: 1 on a trial that booted as a client of SGLang's weight-cache daemon (`node.weight_cache`).

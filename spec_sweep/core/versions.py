@@ -4,21 +4,26 @@ This module owns `version_key` (`"0.5.13.post1"` -> `(0, 5, 13)`) and the versio
 spec_sweep relies on, each with where in SGLang's sources it was read (docs/sglang-versions.md):
 `/server_info` `startup_time` and the "Engine startup timings" line (0.5.17), the weight-cache
 daemon (0.5.17) and `SGLANG_CACHE_DIR` (0.5.18), and `weight_cache_problem` (a spec whose
-`node.weight_cache` cannot work). Standard library and the spec only.
+`node.weight_cache` cannot work). Every rule is a threshold, so a version newer than any known
+one gets the newest known rules (`newer_than_known` says so). `version_line` says which version
+a spec was resolved to and why. Standard library and the spec only.
 """
 
 from __future__ import annotations
 
 import re
 
-from spec_sweep.spec import SweepSpec
+from spec_sweep.manifest import newest_version
+from spec_sweep.spec import NodeSpec, SweepSpec
 
 __all__ = [
     "CACHE_DIR_SINCE",
     "STARTUP_TIME_SINCE",
     "WEIGHT_CACHE_SINCE",
     "at_least",
+    "newer_than_known",
     "version_key",
+    "version_line",
     "weight_cache_problem",
 ]
 
@@ -71,3 +76,42 @@ def weight_cache_problem(spec: SweepSpec) -> str | None:
             "node.weight_cache"
         )
     return None
+
+
+def newer_than_known(version: str) -> str | None:
+    """The one-line notice for a version newer than any spec_sweep knows (None: a known one).
+
+    Its flags come from its own parser (a manifest built at run time); every behaviour keyed by
+    version (log patterns, `startup_time`, cache variables, weight cache, adaptive rules) takes
+    the newest known version's rules.
+    """
+    newest = newest_version()
+    if version_key(version) <= version_key(newest):
+        return None
+    return (
+        f"SGLang {version} is newer than any version spec_sweep knows ({newest}): its flags "
+        f"come from its own parser; log patterns, startup timing, caches and adaptive rules "
+        f"follow {newest}'s"
+    )
+
+
+def version_line(node: NodeSpec) -> str:
+    """Which SGLang version a spec's flags and rules follow, and why, in one line."""
+    version = node.sglang_version
+    source = node.sglang_version_source
+    if source == "node":
+        why = "auto: the version installed where node.launch runs"
+    elif source == "server":
+        why = "reported by the server"
+    elif source == "auto":
+        prefix = node.launch_prefix()
+        if len(prefix) >= 3 and prefix[1:3] == ("-m", "sglang.launch_server"):
+            why = "auto, and no SGLang is installed here: the newest bundled manifest"
+        else:
+            why = (
+                "auto, and node.launch is a custom prefix: the newest bundled manifest until "
+                "the baseline's server reports its version"
+            )
+    else:
+        why = "node.sglang_version"
+    return f"SGLang {version} ({why})"

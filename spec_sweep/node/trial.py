@@ -30,7 +30,6 @@ from spec_sweep.core.names import (
 )
 from spec_sweep.core.outcome import FailureMode, TrialResult
 from spec_sweep.core.secrets import redact, secret_values
-from spec_sweep.core.versions import STARTUP_TIME_SINCE, at_least
 from spec_sweep.node import gpu
 from spec_sweep.node.adaptive import adaptive_verdict, write_config
 from spec_sweep.node.boot_phases import parse_boot
@@ -43,6 +42,7 @@ from spec_sweep.node.ports import choose_server_port
 from spec_sweep.node.procs import group_pids
 from spec_sweep.node.quality import QualityCheck, check_quality
 from spec_sweep.node.server import ReadyResult, ServerProcess, launch_server
+from spec_sweep.node.sglang_env import server_version, version_mismatch
 from spec_sweep.node.weight_cache import client_mapped, compile_env, daemon_pids, plan_client
 from spec_sweep.spec import SweepSpec
 
@@ -134,6 +134,8 @@ def run_trial(
     run = _serve(spec, server, use_gpus=use_gpus, grace_s=grace_s, where=where)
     outcome = _classify(server, run)
     mode, reason = _quality_verdict(outcome, run.extras.quality)
+    if run.version_mismatch is not None:  # the node, not the configuration: the sweep stops
+        mode, reason = FailureMode.ENVIRONMENT, run.version_mismatch
     mode, reason = adaptive_verdict(spec, config, mode, reason, server.log_text())
     metrics = _metrics(
         spec, run, trial_dir=trial_dir, measured=mode is FailureMode.NONE, log=server.log_text()
@@ -183,6 +185,8 @@ class _Served:
     server_info: dict[str, Any] | None = None
     #: a line said one of the server's processes failed while the trial still ran it
     child_failed: str | None = None
+    #: the server reports another SGLang version than the spec was checked against
+    version_mismatch: str | None = None
 
 
 def _serve(
@@ -204,6 +208,7 @@ def _serve(
     released: bool | None = None
     measure_s: float | None = None
     info: dict[str, Any] | None = None
+    mismatch: str | None = None
     try:
         if sampler is not None:
             sampler.__enter__()
@@ -212,11 +217,13 @@ def _serve(
         exit_code = ready.exit_code
         if ready.ready:
             measuring = time.monotonic()
-            if at_least(spec.node.sglang_version, STARTUP_TIME_SINCE):
-                info = _server_info(server)
-            bench, extras, exit_code, timed_out = _benchmark(
-                spec, server, deadline=deadline, where=where
-            )
+            # every version answers it (its `version`; 0.5.17+ also `startup_time`)
+            info = _server_info(server)
+            mismatch = version_mismatch(spec.node, server_version(info))
+            if mismatch is None:  # nothing is measured under another version's rules
+                bench, extras, exit_code, timed_out = _benchmark(
+                    spec, server, deadline=deadline, where=where
+                )
             measure_s = time.monotonic() - measuring
     finally:
         pids = group_pids(server.pgid)
@@ -242,11 +249,13 @@ def _serve(
         measure_s=measure_s,
         server_info=info,
         child_failed=child_failed,
+        version_mismatch=mismatch,
     )
 
 
 def _server_info(server: ServerProcess) -> dict[str, Any] | None:
-    """`/server_info` once the server is up (SGLang 0.5.17+ has `startup_time` in it)."""
+    """`/server_info` once the server is up: its `version`, and from SGLang 0.5.17 on its
+    `startup_time`."""
     try:
         response = httpx.get(f"{server.base_url}/server_info", timeout=10.0)
         info = response.json() if response.status_code == 200 else None

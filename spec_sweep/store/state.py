@@ -36,6 +36,8 @@ _MUTABLE = (
     "tracking",
     "source",
     "description",
+    # Where node.sglang_version came from (written, found on the node): the version itself stays.
+    "node.sglang_version_source",
 )
 
 

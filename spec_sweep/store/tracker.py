@@ -42,6 +42,7 @@ from spec_sweep.core.record import (
     trial_tags,
 )
 from spec_sweep.core.secrets import redact
+from spec_sweep.core.versions import version_line
 from spec_sweep.spec import SweepSpec
 from spec_sweep.store.mlflow_private import (
     KIND_MODEL_DEVELOPMENT,
@@ -192,6 +193,7 @@ class Tracker:
             params=list(spec.params),
         )
         self.client.set_tag(run_id, names.TAG_NOTE, self._sweep_note(spec.description, run_id))
+        self.client.set_tag(run_id, names.TAG_SGLANG_VERSION, version_line(spec.node))
         params = {
             "objective": f"{spec.objective.mode} {spec.objective.metric}",
             "searcher": f"{spec.searcher.kind} seed={spec.searcher.seed}",
@@ -200,6 +202,7 @@ class Tracker:
             "node.draft_model": str(spec.node.draft_model),
             "node.gpus": str(spec.node.gpus),
             "node.sglang_version": spec.node.sglang_version,
+            "node.sglang_version_source": spec.node.sglang_version_source,
             "node.sim_profile": str(spec.node.sim_profile) if simulate else "none",
             "search_space": ", ".join(spec.params),
         }

@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
 from spec_sweep.manifest import (
     FlagManifest,
     ManifestError,
+    Replacement,
     available_versions,
+    is_bundled,
     load_manifest,
+    newest_version,
+    replacement,
 )
 
 NEW = "0.5.23"
@@ -216,3 +221,47 @@ def test_every_flag_round_trips_through_the_parser(new: FlagManifest, old: FlagM
         rebuilt = {o for a in parser._actions for o in a.option_strings}
         recorded = {o for f in manifest.flags for o in f.option_strings}
         assert rebuilt == recorded
+
+
+# -- renamed flags ----------------------------------------------------------------------------
+
+
+def test_a_flag_gone_from_a_version_is_replaced_as_an_older_manifest_says() -> None:
+    # deprecated from 0.5.14 (an alias of -decode), gone from 0.5.20
+    gone = replacement("cuda-graph-max-bs", load_manifest("0.5.23"))
+    assert gone == Replacement("cuda-graph-max-bs", "cuda-graph-max-bs-decode", None, "0.5.18")
+    deprecated = replacement("cuda-graph-max-bs", load_manifest("0.5.17"))
+    assert deprecated is not None
+    assert deprecated.new == "cuda-graph-max-bs-decode"
+    assert deprecated.source == "0.5.17"
+    # the flag itself in 0.5.13
+    flag = load_manifest("0.5.13").lookup("cuda-graph-max-bs")
+    assert flag is not None
+    assert not flag.deprecated
+
+
+def test_a_bare_flag_that_became_a_value_of_another_carries_the_value() -> None:
+    value = replacement("disable-piecewise-cuda-graph", load_manifest("0.5.23"))
+    assert value is not None
+    assert (value.new, value.value) == ("cuda-graph-backend-prefill", "disabled")
+
+
+def test_no_replacement_where_sglang_names_no_single_flag() -> None:
+    # "Use --cuda-graph-backend-{decode,prefill}=disabled": two flags, no rename
+    assert replacement("disable-cuda-graph", load_manifest("0.5.23")) is None
+    # "Use --attn-dp-size <dp-size> instead of ...": a bare flag for a valued one
+    assert replacement("enable-dp-attention", load_manifest("0.5.23")) is None
+    assert replacement("no-such-flag", load_manifest("0.5.23")) is None
+
+
+def test_manifests_kept_in_a_folder_are_read_after_the_bundled_ones(tmp_path: Path) -> None:
+    raw = json.loads(
+        resources.files("spec_sweep").joinpath("manifests", "sglang-0.5.17.json").read_text()
+    )
+    raw["sglang_version"] = "0.5.98"
+    (tmp_path / "sglang-0.5.98.json").write_text(json.dumps(raw))
+    assert not is_bundled("0.5.98")
+    assert load_manifest("0.5.98", folder=tmp_path).sglang_version == "0.5.98"
+    with pytest.raises(ManifestError, match="spec-sweep manifest"):
+        load_manifest("0.5.98")
+    assert newest_version() == available_versions()[-1]
