@@ -1,4 +1,4 @@
-"""Where a sweep's node-hours went: booting, measuring, failed boots, confirmation (pure).
+"""Where a sweep's node-hours went: booting, measuring, failed boots, rejected, confirmation.
 
 A trial holds a whole node from its start to its end, so a sweep's cost is the sum of its
 attempts' wall times (`loads.attempt_seconds`). This module owns splitting that sum
@@ -7,6 +7,8 @@ attempts' wall times (`loads.attempt_seconds`). This module owns splitting that 
 - **booting** and **measuring**: the search trials that were measured, split at readiness
   (`boot_s`, then `measure_s`: the benchmark with its goodput search and quality check);
 - **failed boots**: the whole time of every search trial that failed (most never came up);
+- **rejected by the quality gate**: the whole time of every search trial that booted and was
+  measured, then failed the output-quality gate (`wrong_output`): not a failed boot;
 - **confirmation**: the whole time of every confirmation boot and baseline re-measure;
 - **other**: what is left (waiting for free GPUs, teardown, attempts lost with their node).
 
@@ -16,7 +18,7 @@ of the failures: a failed search trial's hours are divided equally among the par
 changes from the baseline. Trials that SGLang's memory rule said could not boot
 (`names.TAG_PREDICTED`, `core.memory`) cost no boot; they are counted with an estimate of the
 time they would have taken (the sweep's own failed boots of that mode, else its mean trial).
-Standard library and the spec only.
+Pure: the standard library and the spec only.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class NodeHours:
         total: Every attempt's wall time.
         boot: Measured search trials, launch to ready.
         measure: Measured search trials, ready to the end of the benchmark.
-        failed: Failed search trials, whole.
+        failed: Failed search trials, whole (those rejected by the quality gate excepted).
+        rejected: Search trials that booted and were measured, then failed the quality gate
+            (`wrong_output`), whole.
         confirm: Confirmation boots and baseline re-measures, whole.
         other: The rest (GPU waits, teardown, lost attempts).
         phases: Boot hours of every booted trial by phase (they add up to their boot time).
@@ -62,6 +66,7 @@ class NodeHours:
     boot: float = 0.0
     measure: float = 0.0
     failed: float = 0.0
+    rejected: float = 0.0
     confirm: float = 0.0
     other: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
@@ -82,6 +87,7 @@ class NodeHours:
             ("booting", self.boot),
             ("measuring", self.measure),
             ("failed boots", self.failed),
+            ("rejected by the quality gate", self.rejected),
             ("confirmation", self.confirm),
             ("other", self.other),
         ]
@@ -158,6 +164,8 @@ def node_hours(history: History) -> NodeHours:
             parts["other"] += seconds
         elif is_repeat(record.trial_id):
             parts["confirm"] += seconds
+        elif record.failure_mode is FailureMode.WRONG_OUTPUT:  # booted fine, then rejected
+            parts["rejected"] += seconds
         elif record.failure_mode is not FailureMode.NONE:
             parts["failed"] += seconds
             failed.append((record, seconds))
@@ -177,6 +185,7 @@ def node_hours(history: History) -> NodeHours:
         boot=parts["boot"] / _HOUR,
         measure=parts["measure"] / _HOUR,
         failed=parts["failed"] / _HOUR,
+        rejected=parts["rejected"] / _HOUR,
         confirm=parts["confirm"] / _HOUR,
         other=parts["other"] / _HOUR,
         phases={k: v / _HOUR for k, v in phases.items()},
@@ -210,6 +219,7 @@ def hours_metrics(hours: NodeHours) -> dict[str, float]:
         "node_hours_boot": hours.boot,
         "node_hours_measure": hours.measure,
         "node_hours_failed": hours.failed,
+        "node_hours_rejected": hours.rejected,
         "node_hours_confirm": hours.confirm,
         "node_hours_other": hours.other,
         "boots_avoided": float(hours.predicted),

@@ -211,4 +211,4 @@ BOOT_METRICS: tuple[str, ...] = (
     WEIGHT_CACHE_METRIC,
 )
 #: The parent run's node-hours split (`core.hours`), `node_hours_<part>`.
-HOURS_PARTS: tuple[str, ...] = ("boot", "measure", "failed", "confirm", "other")
+HOURS_PARTS: tuple[str, ...] = ("boot", "measure", "failed", "rejected", "confirm", "other")

@@ -71,7 +71,7 @@ def test_boot_phases_predicted_ooms_and_the_hours_split(project_dir: Path) -> No
     parent = MlflowClient(uri).get_run(outcome.parent_run_id).data.metrics
     assert parent["boots_avoided"] == 2
     assert parent["node_hours"] > 0
-    parts = ("boot", "measure", "failed", "confirm", "other")
+    parts = ("boot", "measure", "failed", "rejected", "confirm", "other")
     assert sum(parent[f"node_hours_{p}"] for p in parts) == pytest.approx(parent["node_hours"])
     assert outcome.report is not None
     html = outcome.report.read_text()

@@ -12,6 +12,7 @@ from harness import CONFIRM_A, CONFIRM_B, CONFIRM_BAD, CONFIRM_BASE
 from spec_sweep.core.history import History
 from spec_sweep.core.hours import hours_metrics, node_hours
 from spec_sweep.core.names import TAG_PREDICTED, boot_metric
+from spec_sweep.core.outcome import FailureMode
 
 
 def _timed(record: object, elapsed: float, **tags: str) -> object:
@@ -91,6 +92,29 @@ def test_predicted_failures_cost_no_boot_and_are_counted(tmp_path: Path) -> None
     assert metrics["boots_avoided"] == 1.0
     assert metrics["node_hours_saved"] == pytest.approx(250 / 3600)
     assert "1 boot(s) avoided by SGLang's memory rule" in hours.sentence()
+
+
+def test_a_trial_rejected_by_the_quality_gate_is_not_a_failed_boot(tmp_path: Path) -> None:
+    history = _sweep(tmp_path)
+    rejected = _timed(
+        harness.record(
+            "t0004",
+            {**CONFIRM_B, "disable-custom-all-reduce": False},
+            None,
+            mode=FailureMode.WRONG_OUTPUT,
+            boot_s=300.0,
+            measure_s=60.0,
+        ),
+        400.0,
+    )
+    hours = node_hours(History(history.spec, [*history.records, rejected]))
+    assert hours.failed == pytest.approx(250 / 3600)  # the OOM alone
+    assert hours.rejected == pytest.approx(400 / 3600)
+    parts = hours.boot + hours.measure + hours.failed + hours.rejected + hours.confirm + hours.other
+    assert parts == pytest.approx(hours.total)
+    assert hours.knobs == [("cuda-graph-max-bs", pytest.approx(250 / 2580))]  # failed boots only
+    assert "failed boots 10%, rejected by the quality gate 16%" in hours.sentence()
+    assert hours_metrics(hours)["node_hours_rejected"] == pytest.approx(400 / 3600)
 
 
 def test_a_sweep_without_timing_shows_nothing_to_split(tmp_path: Path) -> None:

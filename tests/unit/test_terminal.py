@@ -138,6 +138,9 @@ def test_the_quality_gate_line_keeps_a_wrong_trials_whole_reason_wrapped_at_word
     why = _WRONG.removeprefix("wrong output: ")
     assert words.endswith(f"1 wrong_output first wrong_output, t0001: {why}")
     assert all(len(line) <= 100 for line in lines)
+    # it booted and was measured: rejected by the gate, not a failed boot
+    assert "rejected by the quality gate 50%" in lines[end]
+    assert "failed boots" not in "\n".join(lines)
 
 
 def test_minimised_objective_ranks_lowest_first(tmp_path: Path) -> None:

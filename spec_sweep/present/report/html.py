@@ -134,6 +134,10 @@ def _hours(a: Analysis) -> dict[str, Any] | None:
         ("booting (measured search trials, launch to ready)", hours.boot),
         ("measuring (benchmark, goodput, quality)", hours.measure),
         ("failed boots (search trials that failed, whole)", hours.failed),
+        (
+            "rejected by the quality gate (booted and measured, then wrong_output; whole)",
+            hours.rejected,
+        ),
         ("confirmation (repeat boots, baseline re-measures)", hours.confirm),
         ("other (GPU waits, teardown, lost attempts)", hours.other),
     ]
