@@ -274,7 +274,7 @@ class NodeSpec(_Model):
         False,
         description="Start SGLang's weight-cache daemon (0.5.17+) once per node for the "
         "baseline's model and layout, and boot every non-speculative trial that loads those "
-        "weights as its client (README, 'Node-hours').",
+        "weights as its client (docs/concepts/node-hours.md).",
     )
     compile_cache: bool | str = Field(
         True,
@@ -631,7 +631,7 @@ class AdaptiveSpec(_Model):
 
     With a concurrency list, after the search, an adaptive configuration is built from the
     per-level results, booted beside the best static configurations and judged per level and
-    on `workload.mix` (README, "One configuration for every load").
+    on `workload.mix` (docs/concepts/adaptive.md).
     """
 
     enabled: bool = Field(
@@ -703,12 +703,11 @@ class SweepSpec(_Model):
         default_factory=TrackingSpec, description="Where MLflow records the sweep."
     )
     quality: QualitySpec | None = Field(
-        None, description="Output-quality gate; off when absent (README, 'Output quality')."
+        None, description="Output-quality gate; off when absent (docs/concepts/quality-gate.md)."
     )
     adaptive: AdaptiveSpec = Field(
         default_factory=AdaptiveSpec,
-        description="The adaptive configuration for every load (README, 'One configuration "
-        "for every load').",
+        description="The adaptive configuration for every load (docs/concepts/adaptive.md).",
     )
     source: str = Field("", description="Set by load_spec: the YAML file it came from.")
 

@@ -38,7 +38,7 @@ INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")
 INTERVAL_NAMES: tuple[str, ...] = tuple(
     f"{m}{s}" for m in INTERVAL_METRICS for s in ("_ci_low", "_ci_high")
 )
-#: Metrics of the output-quality gate, once per judged trial (README, "Output quality").
+#: Metrics of the output-quality gate, once per judged trial (docs/concepts/quality-gate.md).
 QUALITY_METRICS: tuple[str, ...] = (
     "quality_confident_share",
     "quality_near_tie_flips",

@@ -83,7 +83,7 @@ TAG_WINNER = "spec_sweep.winner"
 TAG_RECOMMENDED = "spec_sweep.recommended"
 #: Set when the re-measured baseline moved beyond noise, or when the noise cannot tell.
 TAG_DRIFT = "spec_sweep.drift"
-# The parent run's adaptive judgement (README, "One configuration for every load").
+# The parent run's adaptive judgement (docs/concepts/adaptive.md).
 #: The adaptive configuration's verdict against the best static ones (or `not built`).
 TAG_ADAPTIVE = "spec_sweep.adaptive"
 #: Why.

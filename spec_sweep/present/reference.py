@@ -67,7 +67,7 @@ def spec_page() -> str:
     schema = sweep_schema()
     defs = schema["$defs"]
     sections = list(_sections(schema, defs))
-    anchors = {name: anchor for name, _, anchor, _ in sections}
+    anchors = {name: (anchor, path) for name, path, anchor, _ in sections}
     models = _model_classes()
     lines = [
         GENERATED_NOTE,
@@ -86,9 +86,9 @@ def spec_page() -> str:
     for name, path, anchor, model in sections:
         title = f"`{path}`" if path else "Top level"
         lines += [f"## {title} {{#{anchor}}}", ""]
-        if model.get("description"):
+        if path and model.get("description"):  # the top level's is the page's introduction
             lines += [_one_line(model["description"]), ""]
-        lines += ["| Key | Type | Default | Allowed | Description |", "|---|---|---|---|---|"]
+        lines += ["| Key | Type | Default | Description |", "|---|---|---|---|"]
         required = set(model.get("required", ()))
         fields = models[name].model_fields if name in models else {}
         for key, field in model.get("properties", {}).items():
@@ -100,10 +100,10 @@ def spec_page() -> str:
                     f"{name}.{key} in spec_sweep/spec.py"
                 )
             default = "required" if key in required else _default(field, fields, key)
-            lines.append(
-                f"| `{where}` | {_type(field, defs, anchors)} | {default} | "
-                f"{_allowed(field, defs)} | {_cell(description)} |"
-            )
+            kind, allowed = _type(field, defs, anchors), _allowed(field, defs)
+            if allowed:
+                kind += f": {allowed}"
+            lines.append(f"| `{where}` | {kind} | {default} | {_cell(description)} |")
         lines.append("")
     flags = [k for k in defs if k.startswith("flag:")]
     lines += [
@@ -176,12 +176,13 @@ def _anchor(path: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-")
 
 
-def _type(field: dict[str, Any], defs: dict[str, Any], anchors: dict[str, str]) -> str:
+def _type(field: dict[str, Any], defs: dict[str, Any], anchors: dict[str, tuple[str, str]]) -> str:
     """A field's type in words, with links to the sections of nested models."""
     if "$ref" in field:
         ref = field["$ref"].rsplit("/", 1)[-1]
         if ref in anchors:
-            return f"[section](#{anchors[ref]})"
+            anchor, path = anchors[ref]
+            return f"[`{path}`](#{anchor})"
         return _type(defs[ref], defs, anchors)
     if "anyOf" in field:
         branches = field["anyOf"]
@@ -257,7 +258,12 @@ def _one_line(text: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return _one_line(text).replace("|", "\\|")
+    """Text for a table cell: one line, `|` escaped, and outside code spans `*` and `<`
+    taken literally (`*_TOKEN` is a pattern, not emphasis; `<name>` is not a tag)."""
+    parts = _one_line(text).replace("|", "\\|").split("`")
+    for i in range(0, len(parts), 2):  # the even parts are outside code spans
+        parts[i] = parts[i].replace("*", "\\*").replace("<", "&lt;")
+    return "`".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
