@@ -589,9 +589,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     result = publish_report(spec, tracker, parent, out_dir=out_dir)
     best = result.best_trial_id or "none"
+    which = "recommended" if result.recommended else "best"
     print(
-        f"report of {spec.name}: {result.html.resolve()} ({len(result.figures)} figures, best "
-        f"trial {best}); logged to MLflow run {parent} under 'report/'"
+        f"report of {spec.name}: {result.html.resolve()} ({len(result.figures)} figures, "
+        f"{which} trial {best}); logged to MLflow run {parent} under 'report/'"
     )
     return EXIT_OK
 

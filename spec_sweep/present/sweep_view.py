@@ -125,6 +125,12 @@ class SweepView:
         return self.history.spec
 
     @property
+    def picked(self) -> TrialRecord | None:
+        """The search trial of `pick`: what the summary and the report name as the configuration
+        to launch (the confirmation's recommendation, else the best single measurement)."""
+        return self.history.finished.get(self.pick.trial_id) if self.pick is not None else None
+
+    @property
     def finished(self) -> int:
         """Search trials that reached a classified outcome."""
         return len(self.history.done)

@@ -95,6 +95,12 @@ def test_terminal_report_and_mlflow_view_agree_on_rank_one(tmp_path: Path) -> No
     first = re.search(r"<tr><td>1</td><td>(t\d{4})</td>", top)
     assert first is not None
     assert first.group(1) == best.trial_id
+    # The report's headline names what the summary says to launch: the recommendation.
+    pick = outcome.view.pick
+    assert pick is not None
+    assert pick.recommended
+    headline = f'<p class="big">Recommended (confirmed by its repeat boots): {pick.trial_id},'
+    assert headline in html
 
     # The MLflow trials view, as the UI queries it.
     client = MlflowClient(uri)

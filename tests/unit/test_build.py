@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import csv
+import html
 import re
 from pathlib import Path
 
+from harness import CONFIRM_A, CONFIRM_B, CONFIRM_BAD, CONFIRM_BASE, confirm_spec
 from report_records import PLAIN, eagle_config, make_record, pcie_sweep, report_spec, trial_metrics
 
 from spec_sweep.core.history import History
 from spec_sweep.core.outcome import FailureMode
+from spec_sweep.core.verdict import verdict
 from spec_sweep.present.report import build_report
+from spec_sweep.present.sweep_view import SweepView
 
 _EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 
@@ -48,6 +52,39 @@ def test_build_report(tmp_path: Path) -> None:
     assert "loses on this node" in text
     with result.csv.open() as handle:  # type: ignore[union-attr]
         assert len(list(csv.DictReader(handle))) == len(records)
+
+
+def test_the_report_names_the_configuration_the_sweep_recommends(tmp_path: Path) -> None:
+    """The best single measurement (t0001) is not what its repeat boots confirm (t0002): the
+    report names the sweep's recommendation, as the summary does (`SweepView.pick`)."""
+    spec = confirm_spec(tmp_path)
+    records = [
+        make_record("t0000", CONFIRM_BASE, metrics={"output_throughput": 80.0}),
+        make_record("t0001", CONFIRM_A, metrics={"output_throughput": 90.0}),  # lucky
+        make_record("t0002", CONFIRM_B, metrics={"output_throughput": 88.0}),
+        make_record("t0003", CONFIRM_BAD, mode=FailureMode.OOM, reason="OOM"),
+        make_record("t0001.r1", CONFIRM_A, metrics={"output_throughput": 82.0}),
+        make_record("t0002.r1", CONFIRM_B, metrics={"output_throughput": 88.0}),
+        make_record("t0001.r2", CONFIRM_A, metrics={"output_throughput": 81.0}),
+        make_record("t0002.r2", CONFIRM_B, metrics={"output_throughput": 89.0}),
+    ]
+    history = History(spec, records)
+    assert history.best is not None
+    assert history.best.trial_id == "t0001"
+    judged = verdict(history)
+    assert judged is not None
+    assert judged.recommended is not None
+    pick = SweepView.of(history, judged).pick
+    assert pick is not None
+    assert judged.recommended.trial_id == "t0002"
+    assert (pick.trial_id, pick.recommended) == ("t0002", True)
+
+    result = build_report(history, out_dir=tmp_path / "report")
+
+    assert (result.best_trial_id, result.recommended) == ("t0002", True)
+    text = result.html.read_text()
+    assert "Recommended (confirmed by its repeat boots): t0002, output_throughput = 88 " in text
+    assert html.escape(SweepView.of(history, judged).command(pick.config)) in text
 
 
 def test_build_report_rebuild_replaces_stale_figures(tmp_path: Path) -> None:

@@ -298,6 +298,7 @@ class Analysis:
     finished: list[TrialRecord] = field(init=False)
     measured: list[TrialRecord] = field(init=False)
     best: TrialRecord | None = field(init=False)
+    recommended: bool = field(init=False)
     baseline: TrialRecord | None = field(init=False)
     baseline_value: float | None = field(init=False)
     diagnosis: list[SpecDiagnosis] = field(init=False)
@@ -309,7 +310,9 @@ class Analysis:
         self.records = history.search
         self.finished = history.done
         self.measured = [r for r in self.finished if r.failure_mode is FailureMode.NONE]
-        self.best = self.view.best
+        # the configuration the sweep recommends, as the summary names it (`SweepView.pick`)
+        self.best = self.view.picked
+        self.recommended = self.view.pick is not None and self.view.pick.recommended
         self.baseline = _baseline(self.spec, self.finished)
         self.baseline_value = history.value(self.baseline) if self.baseline is not None else None
         self.diagnosis = diagnose_speculative(self.spec, self.records)

@@ -53,7 +53,10 @@ class ReportResult:
     Attributes:
         html: The self-contained HTML report.
         figures: The PNG figures (also embedded in the HTML).
-        best_trial_id: The best trial that met the constraints (None: none did).
+        best_trial_id: The configuration to launch, as the sweep's summary names it
+            (`SweepView.pick`): the confirmation's recommendation, else the best trial that
+            met the constraints (None: none did).
+        recommended: `best_trial_id` is the confirmation's recommendation.
         diagnosis: The speculative-decoding diagnosis of every measured speculative trial.
         csv: The replay table of every trial (docs/design.md, "Replay table").
         adaptive_config: The adaptive configuration's config file, when one was built.
@@ -63,6 +66,7 @@ class ReportResult:
     figures: tuple[Path, ...]
     best_trial_id: str | None
     diagnosis: tuple[SpecDiagnosis, ...]
+    recommended: bool = False
     csv: Path | None = None
     adaptive_config: Path | None = None
 
@@ -142,6 +146,7 @@ def build_report(
         figures=tuple(out_dir / name for name in figures),
         best_trial_id=a.best.trial_id if a.best is not None else None,
         diagnosis=tuple(a.diagnosis),
+        recommended=a.recommended,
         csv=csv_path,
         adaptive_config=config_path if config_path.is_file() else None,
     )

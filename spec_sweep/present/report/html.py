@@ -165,6 +165,7 @@ def _headline(a: Analysis, parent_run_id: str | None) -> dict[str, Any]:
         value = a.value(a.best)
         best = {
             "trial_id": a.best.trial_id,
+            "recommended": a.recommended,
             "value": fmt(value),
             "unit": unit(metric),
             "is_baseline": a.best is a.baseline,
