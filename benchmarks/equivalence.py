@@ -11,12 +11,12 @@ spec_sweep's code, so the extraction is the same before and after a change to sp
 
 Three scenarios:
 
-- `quickstart`: the README's quickstart (`sweeps/allreduce.yaml --simulate`), shortened with
-  `--trials` and `SPEC_SWEEP_SIM_TIME_SCALE=0`. The simulated node paces tokens in real time, so
-  its measured values carry timing jitter, and from the first model-driven proposal on (after
-  the baseline and the screening design) two runs of the same code part ways: compare them with
-  `--value-tolerance` and read only the deterministic prefix. The run's trials are also exported
-  as a replay table beside OUT.json (OUT.csv), for the next scenario.
+- `quickstart`: the quickstart of docs/getting-started.md (`sweeps/allreduce.yaml --simulate`),
+  shortened with `--trials` and `SPEC_SWEEP_SIM_TIME_SCALE=0`. The simulated node paces tokens in
+  real time, so its measured values carry timing jitter, and from the first model-driven proposal on
+  (after the baseline and the screening design) two runs of the same code part ways: compare them
+  with `--value-tolerance` and read only the deterministic prefix. The run's trials are also
+  exported as a replay table beside OUT.json (OUT.csv), for the next scenario.
 - `quickstart-replay`: the same spec replayed from that table (`--replay OUT.csv`): the
   quickstart's own measurements, with the timing jitter taken out, so the search must take the
   same path again, proposal for proposal; fully deterministic.

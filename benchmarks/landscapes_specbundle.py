@@ -57,7 +57,7 @@ too high a fraction fails at graph capture. OOM at both ends.
 `crash` for `organize_draft_results`' top-k error), DeepEP's low-latency dispatch asserting when
 a captured batch times the draft tokens exceeds its per-rank buffer, NCCL's Tree algorithm with
 the custom all-reduce disabled failing in graph capture on some nodes (as measured on a real
-H200, README "real GPU" table), features a GPU lacks (`unsupported`). Every measured value
+H200, docs/evidence/real-gpus.md), features a GPU lacks (`unsupported`). Every measured value
 carries a seeded 0.5-3% error; accept lengths 1%.
 
 **Calibration** (`benchmarks/specbundle_fit.py` does every fit below and prints these tables;
@@ -121,12 +121,12 @@ the fitted acceptance of every SpecBundle row, with the published values, is
   best chain is 6 steps at batch 1 and 1 at batch 64 where PR #22246 says 7 and 3 (the two PRs
   disagree on 7 steps against 3): a cross-check, not a fit.
 * *Hardware*: H200, H100, H20, B200 (NVLink) and RTX PRO 6000 (PCIe) by memory, bandwidth and
-  peak; the PCIe all-reduces are the write-up's (README, `spec_sweep/sim/profiles/
+  peak; the PCIe all-reduces are the write-up's (`spec_sweep/sim/profiles/
   rtx-pro-6000-pcie-x8.yaml`: 45 us in a decode step, ~190 us in a verify step). Not fitted to
   anything: the memory terms (activations 2.5-8 GB, graphs, DeepEP 2-5 GB, symmetric memory
   1-2.5 GB), the per-request speculative bookkeeping (0.01-0.08 ms per request per cycle:
   SpecV1 runs without the overlap scheduler), expert parallelism's terms, the failure rules'
-  thresholds, and the noise (0.5-3%, spanning the README's real H200 boots).
+  thresholds, and the noise (0.5-3%, spanning the real H200 boots of docs/evidence/real-gpus.md).
 
 The optimum lies in the non-speculative branch, in chains or in trees, with one head or
 another, depending on the seed. Seeds 0-19 are the TUNING set, 100-139 the TEST set (nothing

@@ -32,8 +32,8 @@ Strategies:
   configurations the write-up's campaign booted by hand (/work/shared/background, "The Moment
   of Reckoning"), each booted once, the best measured as the answer, against ours on that grid.
 
-**The boot model** (seconds; the real boots of README "Real GPUs", scaled to a large model; every
-phase but the untimed start-up drawn with the boot-to-boot spread of one configuration booted
+**The boot model** (seconds; the real boots of docs/evidence/real-gpus.md, scaled to a large model;
+every phase but the untimed start-up drawn with the boot-to-boot spread of one configuration booted
 again, CV 4%: 51.85 / 51.93 s on 0.5.17, 53.7 / 54.7 / 58.5 s on 0.5.13):
 
 * untimed start-up (imports, tokenizer, spawning schedulers, HTTP server, warm-up): 45.5 s with
@@ -65,7 +65,7 @@ again, CV 4%: 51.85 / 51.93 s on 0.5.17, 53.7 / 54.7 / 58.5 s on 0.5.13):
 
 A seed **counts** when the sweep's recommended configuration's true value is within 1% of the
 landscape's optimum ("opt"); since no search reaches the optimum on every node in 40 trials
-(README, "Search efficiency"), also when it is within 1% of what today's sweep recommends on
+(docs/evidence/search-efficiency.md), also when it is within 1% of what today's sweep recommends on
 that node or better ("today's answer"). Hours: the median over seeds and the total.
 
 Run: `.venv/bin/python benchmarks/node_hours.py --markdown` (both families' test seeds, about

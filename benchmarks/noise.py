@@ -2,7 +2,7 @@
 
 A sweep that measures each configuration once ranks noise when configurations differ by less
 than a boot's spread (on one real H200 three boots of one configuration spread 4.9% CV at
-concurrency 1; README, "Real GPUs"). This benchmark measures what the confirmation phase
+concurrency 1; docs/evidence/real-gpus.md). This benchmark measures what the confirmation phase
 (`budget.confirm`, `spec_sweep.core.confirm`) buys on the simulated PCIe node.
 
 Truth: the PCIe grid's replay table (`benchmarks/grids/pcie.yaml`, exported from the simulated

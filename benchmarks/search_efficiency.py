@@ -61,12 +61,12 @@ The sweep path itself (Ray Tune + MLflow, `spec-sweep run --replay`) drives the 
 class, so it proposes the same configurations; it only adds about 0.06 s of orchestration per
 trial (`benchmarks/overhead.py`).
 
-Run: `.venv/bin/python benchmarks/search_efficiency.py --markdown` (both families' test sets;
-about 5 minutes on 2 cores on 2026-12-01; `--families a --random-seeds 0` is the former
-family-only run); `... --family none --grids pcie h200` (a few minutes on 2 cores, plus
-45 s the first time to generate the tables); `--validate 18` first checks each table against
-the real trial path (`sim_grid.py --validate`, about 5 minutes); `--markdown` prints the README
-table; `--first-seed 10 --seeds 40` repeats it on other seeds.
+Run: `.venv/bin/python benchmarks/search_efficiency.py --markdown` (both families' test sets; about
+5 minutes on 2 cores; `--families a --random-seeds 0` runs family A alone, without random's median);
+`... --family none --grids pcie h200` (a few minutes on 2 cores, plus 45 s the first time to
+generate the tables); `--validate 18` first checks each table against the real trial path
+(`sim_grid.py --validate`, about 5 minutes); `--markdown` prints the table of
+docs/evidence/search-efficiency.md; `--first-seed 10 --seeds 40` repeats it on other seeds.
 """
 
 from __future__ import annotations
@@ -591,7 +591,7 @@ def print_tables(results: Mapping[str, list[Cell]], tables: Mapping[str, Table])
 def print_markdown(
     results: Mapping[str, list[Cell]], tables: Mapping[str, Table], seeds: int
 ) -> None:
-    """The results as the README's markdown table."""
+    """The results as the evidence page's markdown table."""
     budget = next(iter(results.values()))[0].budget
     print()
     print(
@@ -962,7 +962,7 @@ def print_family(
 
 
 def print_family_markdown(families: Mapping[str, Sequence[FamilyCell]]) -> None:
-    """The README table: each strategy with one row per family, side by side."""
+    """The evidence page's table: each strategy with one row per family, side by side."""
     first = next(iter(families.values()))
     budgets = sorted(first[0].ratios)
     cols = " | ".join(f"at {b} (median / worst decile)" for b in budgets)
@@ -1255,7 +1255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="first run N configurations of each grid through the real trial path",
     )
-    parser.add_argument("--markdown", action="store_true", help="also print the README table")
+    parser.add_argument(
+        "--markdown", action="store_true", help="also print the evidence page's markdown table"
+    )
     parser.add_argument(
         "--runs-out",
         type=Path,

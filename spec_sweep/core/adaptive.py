@@ -4,8 +4,7 @@ With a concurrency list, a sweep measures every configuration at each level. The
 that pays at one level is not the one that pays at another (on the simulated H200 node 3 steps
 win at 1 and 8 concurrent requests, 2 at 32), and a server takes one configuration. SGLang's
 adaptive mode (`--speculative-adaptive` with a config file) picks the steps per batch size at
-run time; this module writes that config from what the sweep measured (README, "One
-configuration for every load"):
+run time; this module writes that config from what the sweep measured (docs/concepts/adaptive.md):
 
 - per level, the measured static configurations are grouped by chain: EAGLE-family, top-k 1,
   `s` steps (draft tokens are steps + 1 at top-k 1 whatever was asked), or plain (`0`, no

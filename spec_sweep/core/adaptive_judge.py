@@ -1,6 +1,6 @@
 """The adaptive configuration booted beside the best static ones, and what the boots decided.
 
-This module owns the adaptive phase of a sweep (README, "One configuration for every load"):
+This module owns the adaptive phase of a sweep (docs/concepts/adaptive.md):
 
 - `plan_adaptive`: after the search, the configuration `adaptive.build_adaptive` built is booted
   `budget.confirm_repeats` times as the trial `adaptive` (boots `adaptive.r1`, `adaptive.r2`,

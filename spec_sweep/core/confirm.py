@@ -1,7 +1,7 @@
 """Confirmation: which boots of the best configurations run next (pure).
 
 A sweep measures each configuration once, and one boot of a node is not the node: on real
-SGLang 0.5.13 on an H200 (README, "Real GPUs") three fresh boots of one configuration spread
+SGLang 0.5.13 on an H200 (docs/evidence/real-gpus.md) three fresh boots of one configuration spread
 4.9% (CV) at concurrency 1, while each boot's own mean was known to 0.5-1.6% from its requests.
 The spread between boots is several times the uncertainty within one, so more boots, not more
 prompts, separate close configurations. This module plans those boots; `verdict` judges them.

@@ -1,11 +1,11 @@
 """What a configuration and a sweep cost: dollars per million tokens and GPU-hours against a grid.
 
-This module owns the cost arithmetic (README, "Cost"): a trial's `usd_per_million_tokens` from
-the node's `cost_per_hour` and the output throughput at the objective's concurrency level (the
+This module owns the cost arithmetic (docs/spec/node.md, "Cost"): a trial's `usd_per_million_tokens`
+from the node's `cost_per_hour` and the output throughput at the objective's concurrency level (the
 whole node serves that throughput for that price), and the size of a full grid over the search
-space, counted exactly (conditional parameters only multiply where they are active), so the
-report can set the GPU-hours a sweep used against what the grid would have used at the same
-mean trial time. Pure: standard library and the spec only.
+space, counted exactly (conditional parameters only multiply where they are active), so the report
+can set the GPU-hours a sweep used against what the grid would have used at the same mean trial
+time. Pure: standard library and the spec only.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-load answers and the sweep's cost: pure functions over a sweep's history.
 
-This module owns two questions the report and the end-of-run summary answer (README,
-"Per-load answers" and "Cost"):
+This module owns two questions the report and the end-of-run summary answer
+(docs/spec/workload.md, "Concurrency levels"; docs/spec/node.md, "Cost"):
 
 - With a concurrency list, which configuration wins at each level, and the level at which
   speculative decoding stops paying (the crossover): the lowest level, above one where the best

@@ -1,7 +1,7 @@
 """A trial's adaptive speculative config on the node: the file SGLang opens, and its answer.
 
-This module owns the two things a trial does for `--speculative-adaptive` (README, "One
-configuration for every load"): it writes the trial's adaptive config (`core.adaptive`: the one
+This module owns the two things a trial does for `--speculative-adaptive`
+(docs/concepts/adaptive.md): it writes the trial's adaptive config (`core.adaptive`: the one
 built after the search, one given with `spec-sweep trial --set`, or the spec's candidates) to
 `adaptive-config.json` in the trial folder before launch, since SGLang takes a file path
 (`write_config`); and after the trial it refuses a measurement SGLang took with adaptive mode

@@ -1,12 +1,12 @@
 """SLA goodput: the highest concurrency at which a booted server still meets the spec's SLA.
 
-This module owns the goodput search of one trial (README, "Goodput"): within the boot the
-benchmark already uses, levels between `workload.goodput.min_concurrency` and `max_concurrency`
-are measured one at a time and bisected (`bisect_highest`: the SLA holds at low load and stops
-holding past saturation, so the boundary is found in about log2(max - min) + 2 levels). A level
-holds when every `workload.sla` bound is met (`ttft_p99_ms <= 2000`, ...) and no request
-failed. The trial reports `goodput_concurrency` (0 when even the lowest level misses the SLA),
-`goodput_throughput` (output tokens/s at that level) and, per measured level N,
+This module owns the goodput search of one trial (docs/spec/workload.md, "SLA and goodput"): within
+the boot the benchmark already uses, levels between `workload.goodput.min_concurrency` and
+`max_concurrency` are measured one at a time and bisected (`bisect_highest`: the SLA holds at low
+load and stops holding past saturation, so the boundary is found in about log2(max - min) + 2
+levels). A level holds when every `workload.sla` bound is met (`ttft_p99_ms <= 2000`, ...) and no
+request failed. The trial reports `goodput_concurrency` (0 when even the lowest level misses the
+SLA), `goodput_throughput` (output tokens/s at that level) and, per measured level N,
 `goodput_holds_cN` and `goodput_<metric>_cN` for the SLA's metrics and the throughput.
 """
 

@@ -1,7 +1,7 @@
 """The adaptive configuration for every load, as a person reads it: summary lines, report rows.
 
 This module renders a sweep view's `adaptive` answer (`core.adaptive_judge.AdaptiveAnswer`,
-README "One configuration for every load") once, as plain values (`adaptive_section`, which
+docs/concepts/adaptive.md) once, as plain values (`adaptive_section`, which
 the report's template shows), and as the end-of-run summary's lines (`adaptive_lines`): each
 level's slot and where it came from, per level the best static configuration against the
 adaptive one with the difference and its noise, the scores over the mix, the verdict with the

@@ -1,7 +1,7 @@
 """Greedy decoding on the simulated node: which token wins, by how much, and when numerics flip it.
 
 This module owns the simulated node's stand-in for a model's greedy choices, so the output-quality
-gate meets what it meets on a real checkpoint (README, "Output quality"). Measured on a real
+gate meets what it meets on a real checkpoint (docs/concepts/quality-gate.md). Measured on a real
 135M checkpoint (SGLang 0.5.13, one H200): the baseline agreed with itself exactly across boots,
 and so did flags that leave the arithmetic alone (`--cuda-graph-max-bs`,
 `--mem-fraction-static`), while NGRAM, lossless in exact arithmetic, diverged on 3 of 8 prompts

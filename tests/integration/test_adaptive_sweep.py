@@ -124,7 +124,7 @@ def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
     # the simulated node shares (it paces tokens in real time; once in clean-clone CI the
     # adaptive boots read 15% below the 5-step chain at c32), so the test checks the verdict
     # against the boots, not a speed-up; what the adaptive mode gains is measured on the H200
-    # (tests/real/test_adaptive_real.py, README "One configuration for every load").
+    # (tests/real/test_adaptive_real.py, docs/concepts/adaptive.md).
     assert [j.concurrency for j in answer.levels] == [1, 8, 32]
     assert answer.judged
     assert statics == {"t0000", "t0001"}  # the 1-step and the 5-step chain
@@ -162,7 +162,7 @@ def test_a_crossover_sweep_builds_boots_and_judges_the_adaptive_configuration(
     else:
         assert answer.recommended != "adaptive"
         assert "over the mix" in answer.reason
-    print(answer.reason)  # the figures, for the README's record of a run
+    print(answer.reason)  # the figures, for the record of a run
 
     # The record, the state folder, the summary and the report.
     parent = client.get_run(outcome.parent_run_id)

@@ -342,7 +342,7 @@ def test_failing_configuration_is_classified_and_stopped_within_2s_of_fatal_line
     assert evidence in clock.server.log_text()
     assert result.log_excerpt
     # Nothing was measured; only where the boot went (the phases it reached) and the memory
-    # facts of its weight load are kept (README, "Node-hours").
+    # facts of its weight load are kept (docs/concepts/node-hours.md).
     boot_facts = {AVAIL_METRIC, WEIGHTS_METRIC} | {boot_metric(p) for p in BOOT_PHASES}
     assert set(result.metrics) <= boot_facts
     assert ended - clock.fatal_at() < PROMPT_DEADLINE_S, _explain(result, clock)

@@ -10,7 +10,7 @@ trial names; the experiment in "Model training" mode lands on the runs table, no
 overview (MLflow 3.17 takes the mode from the URL or the browser, not the experiment); a trial's
 page shows its system metrics; the sweep's description links the trials and the report.
 
-`SPEC_SWEEP_UI_SHOTS=docs` also writes the screenshots of the README there.
+`SPEC_SWEEP_UI_SHOTS=docs` also writes the screenshots of the README and docs/mlflow.md there.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ checkpoint of `scripts/make_real_model.py` by default, or the dummy-weight Llama
 `scripts/make_dummy_model.py`; made on first use). Each test writes what it saw under
 `$SPEC_SWEEP_REAL_OUT` (default: a temp folder): `results/<name>.json` (the trial's JSON plus
 extras), `logs/<name>.log` (the server log) and `specs/` (the rendered specs), which is where the
-README's "Real GPUs" figures and `tests/fixtures/sglang/` come from.
+figures of docs/evidence/real-gpus.md and `tests/fixtures/sglang/` come from.
 """
 
 from __future__ import annotations

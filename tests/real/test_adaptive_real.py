@@ -20,7 +20,7 @@ Checked: SGLang accepts the file (no "speculative_adaptive disabled" warning, th
 measured), its controller logs its initialization, the steps switch where the slots differ, and
 every level is measured. Written to `$SPEC_SWEEP_REAL_OUT/results/adaptive-summary.json`: per
 level the static chains, plain and the adaptive configuration, the config and how it was built;
-that table is what goes into the README beside the static configurations.
+that table is what docs/evidence/real-gpus.md shows beside the static configurations.
 
 With `SPEC_SWEEP_REAL_ADAPTIVE_SWEEP=1`, a second test runs the same spec as a whole sweep
 (`python -m spec_sweep.run`: the four configurations searched, then the adaptive phase through Ray

@@ -1,8 +1,8 @@
 """Real SGLang, one configuration at a time: what our trial path measures and how it classifies.
 
 Each test is one or a few real server boots (50-140 s each on an H200 with SGLang 0.5.13; the first
-boot also JIT-compiles Triton kernels). Run them all with `pytest tests/real` on a GPU node that
-has SGLang (see README "Real GPUs"); the two-GPU tests skip on a one-GPU node. The SGLang version
+boot also JIT-compiles Triton kernels). Run them all with `pytest tests/real` on a GPU node that has
+SGLang (see docs/running/real-gpus.md); the two-GPU tests skip on a one-GPU node. The SGLang version
 and the model come from real_harness.py (`SPEC_SWEEP_REAL_SGLANG`, `SPEC_SWEEP_REAL_MODEL`);
 `scripts/real_session.sh` runs them on a lent GPU machine.
 """

@@ -1,14 +1,15 @@
 """The quality gate on a real GPU: the baseline and benign flags pass it through the trial path.
 
 The gate's defaults (`quality.margin_nats` 0.5, `quality.max_confident_share` 0) were set from
-`scripts/real_quality.py`'s measurements (README, "Output quality"). This test runs the gate as a
-sweep does, 16 prompts x 64 tokens: the baseline (which records its top log-probabilities), then
-the baseline in a fresh boot and benign flags that change kernels (a smaller CUDA-graph batch, no
-custom all-reduce), each judged against it. It writes each one's quality metrics to
-`results/quality-agreement.json` under `$SPEC_SWEEP_REAL_OUT` and asserts what must hold for the
-gate to be usable: no benign configuration has a confident divergence. It runs on real SGLang and
-a GPU (the `real_sglang` marker of tests/real/conftest.py), on the model real_harness.py chooses
-(the real SmolLM2 checkpoint by default; with dummy weights it measures kernel determinism only).
+`scripts/real_quality.py`'s measurements (docs/evidence/real-gpus.md, "Output quality"). This test
+runs the gate as a sweep does, 16 prompts x 64 tokens: the baseline (which records its top
+log-probabilities), then the baseline in a fresh boot and benign flags that change kernels (a
+smaller CUDA-graph batch, no custom all-reduce), each judged against it. It writes each one's
+quality metrics to `results/quality-agreement.json` under `$SPEC_SWEEP_REAL_OUT` and asserts what
+must hold for the gate to be usable: no benign configuration has a confident divergence. It runs on
+real SGLang and a GPU (the `real_sglang` marker of tests/real/conftest.py), on the model
+real_harness.py chooses (the real SmolLM2 checkpoint by default; with dummy weights it measures
+kernel determinism only).
 """
 
 from __future__ import annotations
