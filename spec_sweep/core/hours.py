@@ -31,7 +31,17 @@ from spec_sweep.core.config import baseline_config, changed_keys
 from spec_sweep.core.history import History
 from spec_sweep.core.ids import is_repeat
 from spec_sweep.core.loads import attempt_seconds
-from spec_sweep.core.names import BOOT_PHASES, MEASURE_METRIC, TAG_PREDICTED, boot_metric
+from spec_sweep.core.names import (
+    BOOT_PHASES,
+    BOOTS_AVOIDED,
+    HOURS_PARTS,
+    MEASURE_METRIC,
+    NODE_HOURS,
+    NODE_HOURS_SAVED,
+    TAG_PREDICTED,
+    boot_metric,
+    hours_metric,
+)
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 
@@ -214,16 +224,9 @@ def _saved(
 def hours_metrics(hours: NodeHours) -> dict[str, float]:
     """The parent run's metrics (docs/design.md, "MLflow layout"): `node_hours`, its parts
     `node_hours_<part>`, and `boots_avoided` (with `node_hours_saved` when it can be judged)."""
-    out = {
-        "node_hours": hours.total,
-        "node_hours_boot": hours.boot,
-        "node_hours_measure": hours.measure,
-        "node_hours_failed": hours.failed,
-        "node_hours_rejected": hours.rejected,
-        "node_hours_confirm": hours.confirm,
-        "node_hours_other": hours.other,
-        "boots_avoided": float(hours.predicted),
-    }
+    out = {NODE_HOURS: hours.total}
+    out |= {hours_metric(part): getattr(hours, part) for part in HOURS_PARTS}
+    out[BOOTS_AVOIDED] = float(hours.predicted)
     if hours.saved is not None:
-        out["node_hours_saved"] = hours.saved
+        out[NODE_HOURS_SAVED] = hours.saved
     return out

@@ -44,6 +44,9 @@ KIND_TRIAL = "trial"
 TAG_STATE_ID = "spec_sweep.state_id"
 #: On the parent run: `true` when the trials ran on the simulated node (or a replay).
 TAG_SIMULATE = "spec_sweep.simulate"
+#: On the parent run: the trial budget in force for its latest run (`--trials` overrides the
+#: spec's `budget.trials`); `spec-sweep report` reports against it.
+TAG_BUDGET_TRIALS = "spec_sweep.budget_trials"
 #: Our trial id (`t0007`; the baseline is `t0000`; repeats add a suffix).
 TAG_TRIAL_ID = "spec_sweep.trial_id"
 #: The attempt number of a trial (an attempt lost to an interrupted run is run again under
@@ -92,6 +95,28 @@ TAG_ADAPTIVE_REASON = "spec_sweep.adaptive_reason"
 TAG_ADAPTIVE_CONFIG = "spec_sweep.adaptive_config"
 #: The configuration recommended for every load (the adaptive one or a static trial id).
 TAG_OVERALL = "spec_sweep.recommended_every_load"
+
+# -- the parent run's params --------------------------------------------------------------------
+#: The objective, as `max output_throughput`.
+PARAM_OBJECTIVE = "objective"
+#: The searcher and its seed, as `tpe seed=0`.
+PARAM_SEARCHER = "searcher"
+#: `budget.trials`.
+PARAM_TRIALS = "budget.trials"
+#: `node.model`.
+PARAM_MODEL = "node.model"
+#: `node.draft_model` (`None` without one).
+PARAM_DRAFT_MODEL = "node.draft_model"
+#: `node.gpus`.
+PARAM_GPUS = "node.gpus"
+#: The SGLang version the flags were checked against.
+PARAM_SGLANG_VERSION = "node.sglang_version"
+#: Where that version came from: `spec` (written), `auto`, `node` or `server`.
+PARAM_SGLANG_VERSION_SOURCE = "node.sglang_version_source"
+#: The simulated node's profile, `none` on real GPUs.
+PARAM_SIM_PROFILE = "node.sim_profile"
+#: The searched parameters, comma-separated.
+PARAM_SEARCH_SPACE = "search_space"
 
 # -- metrics spec_sweep derives ----------------------------------------------------------------
 #: Speed-up over the baseline on the objective (> 1 is better in both directions).
@@ -210,5 +235,41 @@ BOOT_METRICS: tuple[str, ...] = (
     WEIGHTS_METRIC,
     WEIGHT_CACHE_METRIC,
 )
-#: The parent run's node-hours split (`core.hours`), `node_hours_<part>`.
+#: The parent run's node-hours split (`core.hours`), `node_hours_<part>` (`hours_metric`).
 HOURS_PARTS: tuple[str, ...] = ("boot", "measure", "failed", "rejected", "confirm", "other")
+#: On the parent run: every attempt's node-hours together.
+NODE_HOURS = "node_hours"
+#: On the parent run: trials never booted because SGLang's memory rule says they cannot boot.
+BOOTS_AVOIDED = "boots_avoided"
+#: On the parent run: about the node-hours those boots would have taken.
+NODE_HOURS_SAVED = "node_hours_saved"
+
+
+def hours_metric(part: str) -> str:
+    """The parent run's metric of one part of the node-hours (`boot` -> `node_hours_boot`)."""
+    return f"{NODE_HOURS}_{part}"
+
+
+# -- the parent run's verdict (docs/design.md, "Confirmation") ----------------------------------
+#: Boots the confirmation spent (the top configurations again, the baseline re-measured).
+CONFIRM_TRIALS = "confirm_trials"
+#: Boots the winner's pooled mean is over.
+WINNER_BOOTS = "winner_boots"
+#: 1 when the verdict is a tie within noise, else 0.
+CONFIRM_TIE = "confirm_tie"
+#: The relative sd of one boot, pooled over the confirmed configurations' boots.
+BOOT_NOISE = "boot_noise_rel_sd"
+#: The re-measured baseline's relative change at the end, from its first boot.
+DRIFT = "baseline_drift"
+#: The largest relative change of any re-measure of the baseline, signed.
+DRIFT_MAX = "baseline_drift_max"
+#: The relative change the noise allows (95%, over all the re-measures together).
+DRIFT_BOUND = "baseline_drift_bound"
+#: 1 when that bound is narrow enough to tell a drift worth knowing about, else 0.
+DRIFT_DECIDABLE = "baseline_drift_decidable"
+
+
+def winner_metric(objective: str) -> str:
+    """The winner's pooled mean of the objective over its confirmation boots
+    (`winner_output_throughput`; with `_ci_low` / `_ci_high`, its 95% interval)."""
+    return f"winner_{objective}"

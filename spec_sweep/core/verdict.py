@@ -26,7 +26,19 @@ from statistics import NormalDist
 from spec_sweep.core.config import Config, baseline_config, changed_keys
 from spec_sweep.core.history import History
 from spec_sweep.core.ids import BASELINE_ID, is_repeat, repeat_number, repeated_of
-from spec_sweep.core.names import CI_HIGH, CI_LOW
+from spec_sweep.core.names import (
+    BOOT_NOISE,
+    CI_HIGH,
+    CI_LOW,
+    CONFIRM_TIE,
+    CONFIRM_TRIALS,
+    DRIFT,
+    DRIFT_BOUND,
+    DRIFT_DECIDABLE,
+    DRIFT_MAX,
+    WINNER_BOOTS,
+    winner_metric,
+)
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 
@@ -381,21 +393,21 @@ def workload_warning(history: History) -> str | None:
 
 def confirm_metrics(out: Verdict) -> dict[str, float]:
     """Parent-run metrics of a verdict (docs/design.md, "MLflow layout")."""
-    m: dict[str, float] = {"confirm_trials": float(out.spent)}
+    m: dict[str, float] = {CONFIRM_TRIALS: float(out.spent)}
     if out.winner is not None:
-        w = out.winner
+        w, winner = out.winner, winner_metric(out.metric)
         m |= {
-            f"winner_{out.metric}": w.mean,
-            f"winner_{out.metric}{CI_LOW}": w.ci_low,
-            f"winner_{out.metric}{CI_HIGH}": w.ci_high,
-            "winner_boots": float(len(w.values)),
-            "confirm_tie": 1.0 if out.tie else 0.0,
+            winner: w.mean,
+            f"{winner}{CI_LOW}": w.ci_low,
+            f"{winner}{CI_HIGH}": w.ci_high,
+            WINNER_BOOTS: float(len(w.values)),
+            CONFIRM_TIE: 1.0 if out.tie else 0.0,
         }
     if out.noise_rel_sd is not None:
-        m["boot_noise_rel_sd"] = out.noise_rel_sd
+        m[BOOT_NOISE] = out.noise_rel_sd
     if out.drift is not None:
-        m["baseline_drift"] = out.drift.change
-        m["baseline_drift_max"] = out.drift.worst
-        m["baseline_drift_bound"] = out.drift.bound
-        m["baseline_drift_decidable"] = 1.0 if out.drift.decidable else 0.0
+        m[DRIFT] = out.drift.change
+        m[DRIFT_MAX] = out.drift.worst
+        m[DRIFT_BOUND] = out.drift.bound
+        m[DRIFT_DECIDABLE] = 1.0 if out.drift.decidable else 0.0
     return m

@@ -195,16 +195,16 @@ class Tracker:
         self.client.set_tag(run_id, names.TAG_NOTE, self._sweep_note(spec.description, run_id))
         self.client.set_tag(run_id, names.TAG_SGLANG_VERSION, version_line(spec.node))
         params = {
-            "objective": f"{spec.objective.mode} {spec.objective.metric}",
-            "searcher": f"{spec.searcher.kind} seed={spec.searcher.seed}",
-            "budget.trials": str(spec.budget.trials),
-            "node.model": spec.node.model,
-            "node.draft_model": str(spec.node.draft_model),
-            "node.gpus": str(spec.node.gpus),
-            "node.sglang_version": spec.node.sglang_version,
-            "node.sglang_version_source": spec.node.sglang_version_source,
-            "node.sim_profile": str(spec.node.sim_profile) if simulate else "none",
-            "search_space": ", ".join(spec.params),
+            names.PARAM_OBJECTIVE: f"{spec.objective.mode} {spec.objective.metric}",
+            names.PARAM_SEARCHER: f"{spec.searcher.kind} seed={spec.searcher.seed}",
+            names.PARAM_TRIALS: str(spec.budget.trials),
+            names.PARAM_MODEL: spec.node.model,
+            names.PARAM_DRAFT_MODEL: str(spec.node.draft_model),
+            names.PARAM_GPUS: str(spec.node.gpus),
+            names.PARAM_SGLANG_VERSION: spec.node.sglang_version,
+            names.PARAM_SGLANG_VERSION_SOURCE: spec.node.sglang_version_source,
+            names.PARAM_SIM_PROFILE: str(spec.node.sim_profile) if simulate else "none",
+            names.PARAM_SEARCH_SPACE: ", ".join(spec.params),
         }
         self.client.log_batch(
             run_id, params=[Param(k, redact(v, self.secrets)[:6000]) for k, v in params.items()]
