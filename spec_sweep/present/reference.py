@@ -321,11 +321,11 @@ def _synopsis(sub: argparse.ArgumentParser) -> str:
         if isinstance(action, argparse._HelpAction):
             continue
         text = _spelling(action).split(", ")[0]
+        if isinstance(action, argparse._AppendAction):
+            text += " ..."  # repeatable
         optional = not action.required if action.option_strings else action.nargs == "?"
         if optional:
             text = f"[{text}]"
-        if isinstance(action, argparse._AppendAction):
-            text += " ..."
         parts.append(text)
     return " ".join(parts)
 
