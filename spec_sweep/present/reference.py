@@ -502,9 +502,9 @@ def schema_page() -> str:
             f"({', '.join(available_versions())}) offered as the keys of "
             "`search_space.params` and `node.server_args`, each with SGLang's help text.",
             "",
-            "An editor with a YAML language server (VS Code's YAML extension, Neovim's "
-            "yaml-language-server, JetBrains IDEs) validates and completes a sweep file whose "
-            "first line names the schema, relative to the file:",
+            "An editor that runs the YAML language server (yaml-language-server: VS Code's "
+            "YAML extension, Neovim, Helix and others) validates and completes a sweep file "
+            "whose first line names the schema, relative to the file:",
             "",
             "```yaml",
             f"# yaml-language-server: $schema=../{path}",
