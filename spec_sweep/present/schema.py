@@ -51,7 +51,7 @@ def sweep_schema() -> dict[str, Any]:
             "the baseline."
         ),
     }
-    schema = {**top, **{k: v for k, v in schema.items() if k != "title"}}
+    schema = {**top, **{k: v for k, v in schema.items() if k not in top}}
     _accept_single_values(schema, defs)
     flag_defs = _flag_defs(_bundled_flags())
     _offer_flags(defs["SearchSpaceSpec"]["properties"]["params"], flag_defs, value_ref="ParamSpec")

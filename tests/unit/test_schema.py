@@ -40,7 +40,11 @@ def _as_editor_reads(path: Path) -> Any:
 
 def test_the_package_ships_the_schema_the_models_generate() -> None:
     assert shipped_schema_text() == schema_text(), "stale: run spec-sweep docs"
-    assert json.loads(schema_text()) == sweep_schema()
+    schema = json.loads(schema_text())
+    assert schema == sweep_schema()
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["description"].startswith("A sweep spec (spec-sweep run SWEEP.yaml)")
+    assert "source" not in schema["properties"]  # load_spec sets it
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
