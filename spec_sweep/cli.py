@@ -261,7 +261,7 @@ def _load(args: argparse.Namespace) -> SweepSpec:
     joined = bool(getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"))
     detect = not simulated and not (args.command == "run" and joined)
     state_dir = getattr(args, "state_dir", None)
-    spec = load_spec(args.sweep, detect=detect, state_dir=state_dir)
+    spec = load_spec(args.sweep, detect=detect, state_dir=state_dir, defer_flags=not detect)
     trials = getattr(args, "trials", None)
     if trials is not None:
         if trials <= 0:

@@ -50,7 +50,7 @@ from spec_sweep.spec import (
 )
 from spec_sweep.store.paths import default_state_root, sweep_state_dir
 
-__all__ = ["SpecFix", "fix_spec", "load_spec"]
+__all__ = ["SpecFix", "fix_spec", "load_spec", "resolve_node_version"]
 
 _PROJECT_DIR = Path(__file__).resolve().parent.parent
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -62,6 +62,7 @@ def load_spec(
     detect: bool = False,
     node_version: str | None = None,
     state_dir: str | Path | None = None,
+    defer_flags: bool = False,
 ) -> SweepSpec:
     """Read, resolve and validate a sweep spec.
 
@@ -73,6 +74,9 @@ def load_spec(
             Ray cluster); takes the place of `detect`.
         state_dir: Root of the sweep state folders (`--state-dir`): manifests built at run
             time are kept in the sweep's state folder, under `manifests/`.
+        defer_flags: The nodes decide the version later (a joined Ray cluster:
+            `resolve_node_version` checks the flags then): for `auto`, or a written version
+            without a manifest here, the flags are not checked against any version now.
 
     Returns:
         The validated, frozen spec, `node.sglang_version` resolved (`sglang_version_source`
@@ -98,7 +102,29 @@ def load_spec(
     spec = _resolve_paths(path, spec)
     spec = _resolve_version(path, spec, detect=detect, node_version=node_version)
     folder = sweep_state_dir(spec, state_dir) / "manifests"
-    _check_semantics(path, spec, manifest=_manifest(path, spec, folder, built_here=detect))
+    version = spec.node.sglang_version
+    unknown = not is_bundled(version) and not (folder / f"sglang-{version}.json").is_file()
+    if defer_flags and (spec.node.sglang_version_source == "auto" or unknown):
+        _check_semantics(path, spec, manifest=None)
+    else:
+        _check_semantics(path, spec, manifest=_manifest(path, spec, folder, built_here=detect))
+    return spec
+
+
+def resolve_node_version(
+    spec: SweepSpec, node_version: str, *, state_dir: str | Path | None = None
+) -> SweepSpec:
+    """A loaded spec checked again for the SGLang version its nodes run (found on every node
+    of a Ray cluster): `auto` takes it, a written version must be it, and every flag is checked
+    against its manifest (bundled, or kept in the sweep's state folder).
+
+    Raises:
+        SpecError: a written version the nodes do not run, or a flag that version lacks.
+    """
+    path = Path(spec.source) if spec.source else Path(spec.name)
+    spec = _resolve_version(path, spec, detect=False, node_version=node_version)
+    folder = sweep_state_dir(spec, state_dir) / "manifests"
+    _check_semantics(path, spec, manifest=_manifest(path, spec, folder, built_here=False))
     return spec
 
 
@@ -350,9 +376,10 @@ def _short(value: Any) -> str:
 # Semantic checks (need the whole spec and the flag manifest)
 
 
-def _check_semantics(path: Path, spec: SweepSpec, *, manifest: FlagManifest) -> None:
+def _check_semantics(path: Path, spec: SweepSpec, *, manifest: FlagManifest | None) -> None:
     """Checks that need the whole spec and SGLang's flag manifest, in the order a reader meets
-    the sections: node, search space, baseline, objective, searcher, draft model."""
+    the sections: node, search space, baseline, objective, searcher, draft model (without a
+    manifest: all but the flags' names and values)."""
 
     def fail(field: str, message: str) -> None:
         raise SpecError(f"{path}: {field}: {message}")
@@ -412,14 +439,15 @@ def _check_prompts(path: Path, spec: SweepSpec) -> None:
         raise SpecError(f"{path}: {exc}") from exc
 
 
-def _check_node(fail: Any, manifest: FlagManifest, spec: SweepSpec) -> None:
+def _check_node(fail: Any, manifest: FlagManifest | None, spec: SweepSpec) -> None:
     """Fixed server arguments are real flags with valid values; nothing is fixed and searched."""
     params = spec.params
     for key, value in spec.node.server_args.items():
         _check_key(fail, manifest, f"node.server_args.{key}", key, allow_env=False)
-        flag = manifest.lookup(key)
-        assert flag is not None
-        _check_flag_value(fail, flag, f"node.server_args.{key}", value)
+        flag = manifest.lookup(key) if manifest is not None else None
+        if manifest is not None:
+            assert flag is not None
+            _check_flag_value(fail, flag, f"node.server_args.{key}", value)
         if key in params:
             fail(
                 f"node.server_args.{key}",
@@ -434,12 +462,16 @@ def _check_node(fail: Any, manifest: FlagManifest, spec: SweepSpec) -> None:
 
 
 def _check_param(
-    fail: Any, manifest: FlagManifest, params: Mapping[str, ParamSpec], key: str, param: ParamSpec
+    fail: Any,
+    manifest: FlagManifest | None,
+    params: Mapping[str, ParamSpec],
+    key: str,
+    param: ParamSpec,
 ) -> None:
     """One searched parameter: a real flag (or env var), valid values, sound `when:`."""
     field = f"search_space.params.{key}"
     _check_key(fail, manifest, field, key, allow_env=True)
-    flag = manifest.lookup(key) if not key.startswith("env.") else None
+    flag = manifest.lookup(key) if manifest is not None and not key.startswith("env.") else None
     if flag is not None:
         for value in _param_values_to_check(param):
             _check_flag_value(fail, flag, field, value)
@@ -495,7 +527,9 @@ def _check_objective(fail: Any, spec: SweepSpec) -> None:
             )
 
 
-def _check_key(fail: Any, manifest: FlagManifest, field: str, key: str, *, allow_env: bool) -> None:
+def _check_key(
+    fail: Any, manifest: FlagManifest | None, field: str, key: str, *, allow_env: bool
+) -> None:
     if key.startswith("env."):
         if not allow_env:
             fail(field, f"{key!r}: put environment variables in node.env")
@@ -512,6 +546,8 @@ def _check_key(fail: Any, manifest: FlagManifest, field: str, key: str, *, allow
         )
     if key in RESERVED_FLAGS:
         fail(field, f"{key!r} is set by spec_sweep itself (node.model / node.draft_model)")
+    if manifest is None:
+        return  # the version is decided later (`resolve_node_version`)
     flag = manifest.lookup(key)
     renamed = replacement(key, manifest) if flag is None or flag.deprecated else None
     if renamed is not None:

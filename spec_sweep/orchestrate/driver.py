@@ -2,14 +2,15 @@
 
 This module owns `sweep()`, the programmatic core of `spec-sweep run`: it opens the sweep's
 state folder (locked), stops what a killed driver left behind (`leftovers`), starts or joins the
-Ray cluster (`cluster`), refuses a tracking store the trial nodes cannot reach, and hands over
-to `phases.SweepRun` (resume, search, confirm, finish). Which backend answers the trials is the
-caller's choice (`node.backends.make_backend`): the driver only asks it whether its GPUs are
-pretend.
+Ray cluster (`cluster`), asks every node which SGLang it launches (`versions`), refuses a
+tracking store the trial nodes cannot reach, and hands over to `phases.SweepRun` (resume,
+search, confirm, finish). Which backend answers the trials is the caller's choice
+(`node.backends.make_backend`): the driver only asks it whether its GPUs are pretend.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -22,6 +23,7 @@ from spec_sweep.orchestrate.cluster import check_cluster, ray_pids, start_ray
 from spec_sweep.orchestrate.leftovers import clean_leftovers
 from spec_sweep.orchestrate.phases import RunOptions, SweepRun
 from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
+from spec_sweep.orchestrate.versions import check_node_versions
 from spec_sweep.present.live import SweepProgress
 from spec_sweep.spec import SweepSpec
 from spec_sweep.store.paths import resolve_tracking_uri
@@ -64,7 +66,14 @@ def sweep(
     )
     state = open_state(spec, state_dir=state_dir, fresh=fresh, simulate=backend.simulated)
     try:
-        return _sweep_locked(spec, state, options, tracking_uri=tracking_uri, address=address)
+        return _sweep_locked(
+            spec,
+            state,
+            options,
+            tracking_uri=tracking_uri,
+            address=address,
+            state_root=state_dir,
+        )
     except SpecSweepError:
         state.discard_if_unused()  # refused before it started (cluster, store): leave no trace
         raise
@@ -79,6 +88,7 @@ def _sweep_locked(
     *,
     tracking_uri: str | None,
     address: str | None,
+    state_root: str | Path | None,
 ) -> SweepOutcome:
     clean_leftovers(state)
     uri = resolve_tracking_uri(spec, tracking_uri)
@@ -88,6 +98,15 @@ def _sweep_locked(
         state.save_ray_pids(ray_pids())
     try:
         n_nodes = check_cluster(spec, simulated=simulated)
+        if not simulated:  # the SGLang every node launches decides the spec's version
+            resolved, notes = check_node_versions(spec, state_dir=state.path, state_root=state_root)
+            if resolved is not spec:  # the backend launches (and reads) with the same spec
+                spec = resolved
+                backend = dataclasses.replace(options.backend, spec=spec)  # type: ignore[type-var]
+                options = dataclasses.replace(options, backend=backend)
+            for note in notes:
+                if options.progress is not None:
+                    options.progress.note(note)
         _check_tracking_reachable(uri, n_nodes=n_nodes)
         return SweepRun(spec, state, options, uri=uri, n_nodes=n_nodes).run()
     finally:
