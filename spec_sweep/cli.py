@@ -579,7 +579,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     """Rebuild the report and log it to the sweep's parent run."""
     spec = _load(args)
     from spec_sweep.present.report import publish_report
-    from spec_sweep.store.sweeps import find_sweep
+    from spec_sweep.store.sweeps import budget_in_force, find_sweep
 
     tracker, parent, state_path = find_sweep(
         spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
@@ -587,6 +587,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     out_dir = Path(args.output) if args.output else state_path / "report"
     with _output(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
+    # the budget the sweep ran with (a `--trials` override), not the file's
+    spec = budget_in_force(spec, tracker, parent)
     result = publish_report(spec, tracker, parent, out_dir=out_dir)
     best = result.best_trial_id or "none"
     which = "recommended" if result.recommended else "best"

@@ -24,7 +24,7 @@ from spec_sweep.spec import SweepSpec
 from spec_sweep.store.paths import check_tracking_uri, resolve_tracking_uri, sweep_state_dir
 from spec_sweep.store.tracker import Tracker
 
-__all__ = ["SweepRef", "find_sweep", "locate_sweep", "log_manual_trial"]
+__all__ = ["SweepRef", "budget_in_force", "find_sweep", "locate_sweep", "log_manual_trial"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,17 @@ def _read_state(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def budget_in_force(spec: SweepSpec, tracker: Tracker, parent_run_id: str) -> SweepSpec:
+    """`spec` with the trial budget its sweep last ran with (`names.TAG_BUDGET_TRIALS`: a
+    `--trials` override, which the spec's file does not hold); unchanged when the sweep's run
+    does not say."""
+    text = tracker.client.get_run(parent_run_id).data.tags.get(names.TAG_BUDGET_TRIALS, "")
+    if not text.isdigit() or int(text) <= 0 or int(text) == spec.budget.trials:
+        return spec
+    budget = spec.budget.model_copy(update={"trials": int(text)})
+    return spec.model_copy(update={"budget": budget})
 
 
 def find_sweep(

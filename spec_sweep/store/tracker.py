@@ -168,6 +168,8 @@ class Tracker:
         existing = self.find_sweep_run(state_id)
         if existing is not None:
             self.client.update_run(existing, status="RUNNING")
+            # a resumed run may have another budget (`--trials`)
+            self.client.set_tag(existing, names.TAG_BUDGET_TRIALS, str(spec.budget.trials))
             self.publish_trials_view(
                 existing,
                 objective=spec.objective.metric,
@@ -183,6 +185,7 @@ class Tracker:
                 names.TAG_STATE_ID: state_id,
                 names.TAG_NOTE: spec.description,
                 names.TAG_SIMULATE: str(simulate).lower(),
+                names.TAG_BUDGET_TRIALS: str(spec.budget.trials),
             },
         )
         run_id = run.info.run_id

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import DROP, make_spec
+from harness import DROP, make_spec, write_spec
 
 from spec_sweep.cli import main
 from spec_sweep.core.config import normalize_config
@@ -29,12 +29,52 @@ from spec_sweep.node.command import build_command
 from spec_sweep.orchestrate.driver import sweep
 from spec_sweep.present.report import build_report
 from spec_sweep.spec import SweepSpec, parse_value
+from spec_sweep.spec_load import load_spec
 from spec_sweep.store.replay import export_columns
+from spec_sweep.store.sweeps import budget_in_force
 from spec_sweep.store.tracker import Tracker
 
 PCIE = "rtx-pro-6000-pcie-x8"
 H200 = "h200-nvlink-x8"
 MODELS = {PCIE: "moonshotai/Kimi-K2.5", H200: "deepseek-ai/DeepSeek-V3"}
+
+
+def test_the_report_counts_against_the_budget_the_sweep_ran_with(tmp_path: Path) -> None:
+    """`spec-sweep run --trials 4` of a spec whose file says 10, then `spec-sweep report` of
+    that file: the report's budget is the 4 in force (a real store, recorded as the driver
+    records a sweep; no Ray)."""
+    sweep_file = write_spec(
+        tmp_path,
+        name="budget",
+        search_space={
+            "include": [],
+            "params": {"cuda-graph-max-bs": {"choices": [64, 128, 256, 512], "default": 512}},
+        },
+        baseline=DROP,
+        budget={"trials": 10},
+    )
+    spec = load_spec(sweep_file)
+    ran = spec.model_copy(update={"budget": spec.budget.model_copy(update={"trials": 4})})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker(uri, spec.experiment)
+    parent, _ = tracker.start_sweep(ran, state_id="budget", simulate=True)
+    for i, graph in enumerate([512, 256, 128, 64]):
+        run = tracker.start_trial(parent, trial_id=f"t{i:04d}", config={"cuda-graph-max-bs": graph})
+        metrics = {"output_throughput": 80.0 + i}
+        tracker.finish_trial(
+            run, failure_mode=FailureMode.NONE, metrics=metrics, reason="ok", elapsed_s=1.0
+        )
+    out = tmp_path / "report"
+    argv = ["report", str(sweep_file), "--tracking-uri", uri, "--state-dir", str(tmp_path)]
+
+    assert main([*argv, "-o", str(out)]) == 0
+
+    assert "4 trials finished of a budget of 4 (" in (out / "report.html").read_text()
+    # a resumed run with another budget is reported against that one
+    tracker.start_sweep(
+        ran.model_copy(update={"budget": spec.budget}), state_id="budget", simulate=True
+    )
+    assert budget_in_force(spec, tracker, parent).budget.trials == 10
 
 
 @dataclass(frozen=True)
