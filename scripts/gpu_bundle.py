@@ -3,9 +3,18 @@
 Run on a machine that reaches PyPI; copy the parts to the GPU node; install there with the
 generated `install.sh` (no index, no compiler). Usage::
 
-    python scripts/gpu_bundle.py --sglang 0.5.13 --out .bundle            # build
+    python scripts/gpu_bundle.py --out .bundle            # build (SGLang 0.5.17: see below)
     # on the GPU node, with the parts in one folder:
-    bash install.sh /opt/spec_sweep_site && export PYTHONPATH=/opt/spec_sweep_site
+    bash install.sh /opt/spec_sweep_site
+    export PYTHONPATH=/opt/spec_sweep_site PATH=/opt/spec_sweep_site/bin:$PATH
+    spec-sweep validate sweeps/real_h200_smollm2.yaml
+
+Which SGLang: the newest version the real matrix passed (`REAL_PASSED`, tests/real) unless
+`--sglang` names another locked one. The build prints it, `install.sh` says it and records it in
+`DEST/spec_sweep_bundle.txt`, and `spec-sweep validate` on the node finds it (`node.sglang_version:
+auto`). A bundle that holds spec_sweep's runtime installs the `spec-sweep` command as
+`DEST/bin/spec-sweep` (it runs `python3 -m spec_sweep` with `DEST` on `PYTHONPATH`;
+`SPEC_SWEEP_PYTHON` names another interpreter).
 
 What goes in. The target already has Python, PyTorch, Triton, CUDA's Python packages and the
 common scientific stack (for the lent H200 image: `scripts/bundle/h200-image.txt`). The bundle holds
@@ -102,16 +111,34 @@ def display(*objs: object, **kwargs: object) -> None:
     for obj in objs:
         print(getattr(obj, "data", obj))
 '''
+#: SGLang versions the real matrix (tests/real, on an H200) passed, oldest first; the bundle
+#: builds the newest unless `--sglang` says otherwise (docs/concepts/sglang-versions.md).
+REAL_PASSED = ("0.5.13", "0.5.17")
 _INSTALL_SH = """#!/usr/bin/env bash
 # Install the spec_sweep offline bundle: join the parts, check them, unpack into DEST.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 dest="${1:?usage: install.sh DEST_SITE_DIR}"
+holds="@HOLDS@"
 mkdir -p "$dest"
 cd "$here"
 sha256sum -c parts.sha256
 cat site.tar.xz.part-* | xz -d -T0 | tar -x -C "$dest"
-echo "installed into $dest; use it with: export PYTHONPATH=$dest${PYTHONPATH:+:$PYTHONPATH}"
+echo "$holds" >"$dest/spec_sweep_bundle.txt"
+@SHIM@
+echo "installed $holds into $dest; use it with: export PYTHONPATH=$dest${PYTHONPATH:+:$PYTHONPATH}"
+"""
+# The `spec-sweep` command of a bundle that holds spec_sweep's runtime: DEST/bin/spec-sweep.
+_SHIM = r"""mkdir -p "$dest/bin"
+cat >"$dest/bin/spec-sweep" <<'SHIM'
+#!/usr/bin/env bash
+# spec-sweep from the offline bundle: its folder on PYTHONPATH, then python3 -m spec_sweep.
+site="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+exec "${SPEC_SWEEP_PYTHON:-python3}" -m spec_sweep "$@"
+SHIM
+chmod +x "$dest/bin/spec-sweep"
+echo "the spec-sweep command: $dest/bin/spec-sweep (export PATH=$dest/bin:\$PATH)"
 """
 
 
@@ -189,8 +216,17 @@ def slim(site: Path, *, arch: str) -> int:
     return removed
 
 
-def pack(site: Path, out: Path, *, part_mb: int, level: int = 6) -> list[Path]:
-    """`site` -> `out/site.tar.xz.part-NN`, each at most `part_mb` MiB, plus checksums."""
+def install_script(*, holds: str, command: bool) -> str:
+    """The bundle's `install.sh`: what it holds (`SGLang 0.5.17 + spec_sweep runtime`) and,
+    with `command`, the `spec-sweep` command in DEST/bin."""
+    return _INSTALL_SH.replace("@HOLDS@", holds).replace("@SHIM@\n", _SHIM if command else "")
+
+
+def pack(
+    site: Path, out: Path, *, part_mb: int, level: int = 6, holds: str = "", command: bool = False
+) -> list[Path]:
+    """`site` -> `out/site.tar.xz.part-NN`, each at most `part_mb` MiB, plus checksums and
+    `install.sh` (see `install_script`)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("site.tar.xz.part-*"):
         old.unlink()
@@ -212,13 +248,18 @@ def pack(site: Path, out: Path, *, part_mb: int, level: int = 6) -> list[Path]:
     archive.unlink()
     sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in parts]
     (out / "parts.sha256").write_text("\n".join(sums) + "\n")
-    (out / "install.sh").write_text(_INSTALL_SH)
+    (out / "install.sh").write_text(install_script(holds=holds, command=command))
     return parts
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sglang", default="0.5.13", help="SGLang version (needs its lock file)")
+    parser.add_argument(
+        "--sglang",
+        default=REAL_PASSED[-1],
+        help=f"SGLang version (needs its lock file; default {REAL_PASSED[-1]}, the newest the "
+        "real matrix passed)",
+    )
     parser.add_argument(
         "--python", default="python3.12", help="a local interpreter of the target's Python version"
     )
@@ -240,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     locks = {"sglang": [lock], "runtime": [LOCKS / "spec-sweep.lock"]}.get(
         args.only or "", [lock, LOCKS / "spec-sweep.lock"]
     )
+    holds = {
+        "sglang": f"SGLang {args.sglang}",
+        "runtime": "spec_sweep runtime" + ("" if args.no_self else " + spec_sweep"),
+    }.get(args.only or "", f"SGLang {args.sglang} + spec_sweep runtime")
+    if not args.no_self and not args.only:
+        holds += " + spec_sweep"
+    print(f"building a bundle of {holds}")
     with tempfile.TemporaryDirectory(prefix="spec_sweep-bundle-") as tmp:
         venv, wheels = Path(tmp) / "venv", Path(tmp) / "wheels"
         site = install_locks(args.python, venv, locks, wheels=wheels)
@@ -247,10 +295,17 @@ def main(argv: list[str] | None = None) -> int:
             install_self(venv, wheels)
         before = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
         removed = slim(site, arch=args.arch)
-        parts = pack(site, args.out, part_mb=args.part_mb, level=args.xz_level)
+        parts = pack(
+            site,
+            args.out,
+            part_mb=args.part_mb,
+            level=args.xz_level,
+            holds=holds,
+            command=args.only != "sglang",
+        )
     total = sum(p.stat().st_size for p in parts)
     print(f"site {before / 2**20:.0f} MiB, slimmed by {removed / 2**20:.0f} MiB")
-    print(f"{len(parts)} part(s), {total / 2**20:.1f} MiB xz, in {args.out}")
+    print(f"{len(parts)} part(s), {total / 2**20:.1f} MiB xz, in {args.out}: {holds}")
     for part in parts:
         print(f"  {part.name}  {part.stat().st_size / 2**20:.1f} MiB")
     return 0
