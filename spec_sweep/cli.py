@@ -70,6 +70,16 @@ def _add_backend(p: argparse.ArgumentParser) -> None:
         help="with --replay: seeded multiplicative noise on recorded metrics (e.g. 0.02)",
     )
     p.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
+    _add_insecure(p)
+
+
+def _add_insecure(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-insecure-tracking",
+        action="store_true",
+        help="record to a plain-HTTP tracking server on another machine without credentials "
+        "(refused otherwise: docs/running/security.md)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="rebuild a sweep's report")
     report.add_argument("sweep", metavar="SWEEP.yaml")
     report.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
+    _add_insecure(report)
     report.add_argument("-o", "--output", metavar="DIR", help="where to write the report")
     report.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     _add_common(report)
@@ -156,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
         "-o", "--output", metavar="FILE.csv", required=True, help="the table to write"
     )
     export.add_argument("--tracking-uri", metavar="URI", help="MLflow tracking URI")
+    _add_insecure(export)
     export.add_argument("--state-dir", metavar="DIR", help="where sweep state is kept")
     export.add_argument(
         "--repeats",
@@ -372,6 +384,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             fresh=args.fresh,
             state_dir=args.state_dir,
             tracking_uri=args.tracking_uri,
+            allow_insecure_tracking=args.allow_insecure_tracking,
             address=args.address,
             progress=progress,
         )
@@ -485,13 +498,19 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 
         config = normalize_config(spec, {**config, **derived})
     check_tracking_uri(spec, args.tracking_uri)  # a store it cannot record to: say so first
+    uri = None
+    if args.tracking_uri or spec.tracking.uri:  # a server that refuses us: say so first too
+        from spec_sweep.store.paths import resolve_tracking_uri
+
+        allow = args.allow_insecure_tracking
+        uri = resolve_tracking_uri(spec, args.tracking_uri, allow_insecure=allow)
     backend = _backend(spec, args)
     trial_dir = manual_trial_dir(spec, args.state_dir)
     # judged against the baseline of the sweep of this state folder, as its own trials are
     state = sweep_state_dir(spec, args.state_dir)
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name, state_dir=state)
-    if args.tracking_uri or spec.tracking.uri:
-        _log_manual(spec, result, tracking_uri=args.tracking_uri)
+    if uri is not None:
+        _log_manual(spec, result, tracking_uri=uri, allow_insecure=args.allow_insecure_tracking)
     if args.json:
         print(
             json.dumps(
@@ -540,7 +559,9 @@ def _print_quality(record: dict[str, Any] | None) -> None:
         _out.print(f"quality: not judged ({record['reason']})", markup=False)
 
 
-def _log_manual(spec: SweepSpec, result: TrialResult, *, tracking_uri: str | None) -> None:
+def _log_manual(
+    spec: SweepSpec, result: TrialResult, *, tracking_uri: str | None, allow_insecure: bool
+) -> None:
     """Record a `spec-sweep trial` run in the sweep's experiment (no parent run)."""
     from spec_sweep.core.config import baseline_config
     from spec_sweep.node.command import ServerCommand
@@ -553,6 +574,7 @@ def _log_manual(spec: SweepSpec, result: TrialResult, *, tracking_uri: str | Non
         tracking_uri=tracking_uri,
         run_name=f"manual {run_name(result.trial_id, result.config, baseline_config(spec))}",
         command=ServerCommand(result.command, result.env).shell(),
+        allow_insecure_tracking=allow_insecure,
     )
 
 
@@ -582,7 +604,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from spec_sweep.store.sweeps import budget_in_force, find_sweep
 
     tracker, parent, state_path = find_sweep(
-        spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir
+        spec,
+        tracking_uri=args.tracking_uri,
+        state_dir=args.state_dir,
+        allow_insecure_tracking=args.allow_insecure_tracking,
     )
     out_dir = Path(args.output) if args.output else state_path / "report"
     with _output(out_dir):
@@ -606,7 +631,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from spec_sweep.store.replay import export_columns, export_rows, write_csv
     from spec_sweep.store.sweeps import find_sweep
 
-    tracker, parent, _ = find_sweep(spec, tracking_uri=args.tracking_uri, state_dir=args.state_dir)
+    tracker, parent, _ = find_sweep(
+        spec,
+        tracking_uri=args.tracking_uri,
+        state_dir=args.state_dir,
+        allow_insecure_tracking=args.allow_insecure_tracking,
+    )
     # One row per searched configuration, then (--repeats) one per confirmation boot: a replay
     # reads a configuration's first row, so the repeats only add the boots' spread.
     history = History(spec, tracker.trials(parent))

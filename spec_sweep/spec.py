@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -236,6 +237,13 @@ class NodeSpec(_Model):
     env: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Environment variables of every trial's server."
     )
+    secrets: tuple[str, ...] = Field(
+        (),
+        description="Names of node.env variables or node.server_args flags whose values are "
+        "secret besides those whose names look secret (*_TOKEN, *_KEY, *PASSWORD*, *SECRET*, "
+        "so api-key): never written to a file or output of spec_sweep, passed to trial nodes "
+        "by name (docs/running/security.md).",
+    )
     boot_timeout_s: float = Field(
         1800.0, gt=0, description="Seconds a server may take to answer its health check."
     )
@@ -308,6 +316,16 @@ class NodeSpec(_Model):
             if not _ENV_RE.match(name):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return env
+
+    @model_validator(mode="after")
+    def _secret_names(self) -> Self:
+        for name in self.secrets:
+            if name not in self.env and name not in self.server_args:
+                raise ValueError(
+                    f"secrets: {name!r} is neither in node.env nor in node.server_args: name "
+                    "a variable or flag the node sets"
+                )
+        return self
 
     @field_validator("draft_model")
     @classmethod
@@ -710,6 +728,9 @@ class SweepSpec(_Model):
         description="The adaptive configuration for every load (docs/concepts/adaptive.md).",
     )
     source: str = Field("", description="Set by load_spec: the YAML file it came from.")
+    #: The values of the secrets `core.secrets.seal` replaced by placeholders: in this process
+    #: only (a `core.secrets.Secrets`, pickled without its values).
+    _secrets: Any = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod

@@ -24,6 +24,7 @@ from pydantic import (
 
 from spec_sweep.core.adaptive import spec_problems
 from spec_sweep.core.config import baseline_config
+from spec_sweep.core.secrets import seal
 from spec_sweep.core.versions import weight_cache_problem
 from spec_sweep.errors import SpecError
 from spec_sweep.manifest import (
@@ -108,7 +109,8 @@ def load_spec(
         _check_semantics(path, spec, manifest=None)
     else:
         _check_semantics(path, spec, manifest=_manifest(path, spec, folder, built_here=detect))
-    return spec
+    # Secrets become placeholders here: what every other module sees, writes and ships to Ray.
+    return seal(spec)
 
 
 def resolve_node_version(

@@ -14,6 +14,7 @@ Imported as `harness` (tests/ is on the import path); fixtures live in `conftest
 from __future__ import annotations
 
 import copy
+import secrets
 import socket
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -234,3 +235,91 @@ def stop_ray_processes(temp_dir: Path) -> None:
     from spec_sweep.node.procs import kill_processes_matching
 
     kill_processes_matching(str(temp_dir), grace_s=3.0)
+
+
+#: The admin user of `AuthMlflowServer`.
+MLFLOW_ADMIN = "admin"
+
+
+class AuthMlflowServer:
+    """`mlflow server --app-name basic-auth` on a free loopback port (SQLite stores and proxied
+    artifacts under `root`), its admin's password from `MLFLOW_AUTH_ADMIN_PASSWORD`, as the
+    cluster recipe runs it. Started at construction; `uri` waits until it answers."""
+
+    def __init__(self, root: Path, password: str) -> None:
+        import os
+        import subprocess
+        import sys
+
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        config = root / "basic_auth.ini"
+        config.write_text(
+            "[mlflow]\ndefault_permission = READ\n"
+            f"database_uri = sqlite:///{root / 'basic_auth.db'}\n"
+            f"admin_username = {MLFLOW_ADMIN}\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+        )
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+        env.update(MLFLOW_AUTH_CONFIG_PATH=str(config), MLFLOW_AUTH_ADMIN_PASSWORD=password)
+        env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = secrets.token_hex(16)  # CSRF, required
+        argv = [
+            *(sys.executable, "-m", "mlflow", "server", "--app-name", "basic-auth"),
+            *("--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}"),
+            *("--artifacts-destination", str(root / "artifacts")),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+        ]
+        with (root / "server.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
+        self._uri = f"http://127.0.0.1:{port}"
+        self._ready = False
+
+    @property
+    def uri(self) -> str:
+        """The server's URI, once it answers."""
+        import httpx
+
+        def healthy() -> bool:
+            assert self.proc.poll() is None, (self.root / "server.log").read_text()[-3000:]
+            try:
+                return httpx.get(f"{self._uri}/health", timeout=1.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        if not self._ready:
+            assert wait_until(healthy, timeout=120, interval=0.25), "mlflow server"
+            self._ready = True
+        return self._uri
+
+    def stop(self) -> None:
+        """Stop its process group (SIGKILL after 1 s: uvicorn takes long on SIGTERM)."""
+        import contextlib
+        import os
+        import signal
+        import subprocess
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def files_holding(roots: Collection[Path], needles: Collection[str]) -> list[str]:
+    """Every file under `roots` whose bytes hold one of `needles` (`path: needle`)."""
+    found: list[str] = []
+    for root in roots:
+        paths = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+        for path in paths:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            found += [f"{path}: {n}" for n in needles if n.encode() in data]
+    return found

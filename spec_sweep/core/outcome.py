@@ -23,6 +23,7 @@ from typing import Any
 
 from spec_sweep.core import names
 from spec_sweep.core.config import Config
+from spec_sweep.core.secrets import redact_argv, redact_env
 
 __all__ = ["REUSABLE_MODES", "FailureMode", "TrialReport", "TrialResult"]
 
@@ -120,10 +121,12 @@ class TrialResult:
         return self.failure_mode is FailureMode.NONE
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the trial folder's `result.json`)."""
+        """A JSON-ready dict (the trial folder's `result.json`), secret-named values of the
+        command and environment hidden (`secrets.redact_argv`; a sealed spec's are already)."""
         out = asdict(self)
         out["failure_mode"] = self.failure_mode.value
-        out["command"] = list(self.command)
+        out["command"] = redact_argv(self.command)
+        out["env"] = redact_env(self.env)
         return out
 
     @classmethod

@@ -24,14 +24,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import psutil
 
+from spec_sweep.core.secrets import TRACKING_SECRET_VARS, redact
 from spec_sweep.node.classify import find_child_failed, find_fatal
 from spec_sweep.node.command import ServerCommand
 from spec_sweep.node.log_patterns import LogPattern
@@ -200,6 +201,8 @@ class ServerProcess:
         self.record_path = record_path
         self.started = time.monotonic()
         self.stopped = False
+        #: Writes the output of a server launched with secrets to its log (`launch_server`).
+        self.pump: _RedactingPump | None = None
         self.watcher = LogWatcher(log_path)
         self.watcher.start()
 
@@ -232,6 +235,7 @@ class ServerProcess:
                     )
                 code = self.proc.poll()
                 if code is not None:
+                    self.drain()
                     self.watcher.stop()  # read the last lines before deciding
                     return ReadyResult(False, now - self.started, code, self.watcher.fatal)
                 if now >= deadline:
@@ -242,6 +246,11 @@ class ServerProcess:
                         continue
                     return ReadyResult(True, time.monotonic() - self.started)
                 self.watcher.fatal_event.wait(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+    def drain(self, timeout_s: float = 2.0) -> None:
+        """Wait until the output of an exited server is in its log (with a redacting pump)."""
+        if self.pump is not None:
+            self.pump.drain(timeout_s)
 
     def settle(self, *, seconds: float = 1.0) -> int | None:
         """After a fatal line: let the server finish printing its traceback (up to `seconds`).
@@ -266,6 +275,7 @@ class ServerProcess:
         self.stopped = True
         stop_process_group(self.pgid, grace_s=grace_s, leader=self.proc)
         code = self.proc.poll()
+        self.drain()
         self.watcher.stop()
         if self.record_path is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -289,11 +299,18 @@ def launch_server(
     extra_env: Mapping[str, str] | None = None,
     record_dir: Path | None = None,
     node_id: str | None = None,
+    resolved: ServerCommand | None = None,
+    hide: Sequence[str] = (),
 ) -> ServerProcess:
     """Start a server in its own process group, output to `log_path`.
 
     A leading `python` in the command runs this interpreter (`sys.executable`), so a Ray worker
-    or a virtual environment launches the server it has.
+    or a virtual environment launches the server it has. The server does not inherit the
+    tracking server's credentials (`core.secrets.TRACKING_SECRET_VARS`). With secrets
+    (`resolved` and `hide`), the process runs `resolved` (the command with their values) while
+    the record and `ServerProcess.command` keep `command` (placeholders), and its output reaches
+    `log_path` through a thread that writes each line with the `hide` values and secret-named
+    values redacted (`core.secrets.redact`): SGLang prints its own arguments.
 
     Args:
         command: argv (including `--host/--port`) and the environment it adds.
@@ -303,26 +320,36 @@ def launch_server(
         extra_env: Environment added on top of the command's (e.g. simulator settings).
         record_dir: Where to write `server.json` (pid, group, start time) for later cleanup.
         node_id: The Ray node the server runs on (recorded, so cleanup stays on its node).
+        resolved: The command with its secrets' values, run instead of `command`.
+        hide: Secret values to keep out of the log.
     """
-    argv = list(command.argv)
-    if argv and argv[0] in ("python", "python3"):
-        argv[0] = sys.executable
-    env = dict(os.environ)
+    shown = list(command.argv)
+    if shown and shown[0] in ("python", "python3"):
+        shown[0] = sys.executable
+    run = resolved or command
+    argv = [shown[0], *run.argv[1:]] if shown else list(run.argv)
+    env = {k: v for k, v in os.environ.items() if k not in TRACKING_SECRET_VARS}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    env.update(command.env)
+    env.update(run.env)
     if extra_env:
         env.update(extra_env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    pump = None
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=subprocess.PIPE if resolved is not None else log,
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+    if resolved is not None:
+        assert proc.stdout is not None
+        pump = _RedactingPump(proc.stdout, log_path, hide)
+        pump.start()
+    argv = shown
     record_path = None
     if record_dir is not None:
         record_path = record_dir / _RECORD_NAME
@@ -336,9 +363,35 @@ def launch_server(
             "node_id": node_id,
         }
         record_path.write_text(json.dumps(record))
-    return ServerProcess(
+    server = ServerProcess(
         proc, command=command, host=host, port=port, log_path=log_path, record_path=record_path
     )
+    server.pump = pump
+    return server
+
+
+class _RedactingPump(threading.Thread):
+    """Copies a server's output to its log file line by line, secrets redacted."""
+
+    def __init__(self, stream: IO[bytes], log_path: Path, hide: Sequence[str]) -> None:
+        super().__init__(name=f"logpump-{log_path.parent.name}", daemon=True)
+        self._stream = stream
+        self._log_path = log_path
+        self._hide = tuple(hide)
+
+    def run(self) -> None:
+        with self._log_path.open("ab") as log, contextlib.suppress(OSError, ValueError):
+            for raw in iter(self._stream.readline, b""):
+                text = raw.decode("utf-8", "replace")
+                log.write(redact(text, self._hide).encode("utf-8"))
+                log.flush()
+        with contextlib.suppress(OSError):
+            self._stream.close()
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait (up to `timeout_s`) until what the server printed is in the log."""
+        if self.is_alive():
+            self.join(timeout=timeout_s)
 
 
 def _create_time(pid: int) -> float | None:

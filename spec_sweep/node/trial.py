@@ -29,13 +29,19 @@ from spec_sweep.core.names import (
     WEIGHTS_METRIC,
 )
 from spec_sweep.core.outcome import FailureMode, TrialResult
-from spec_sweep.core.secrets import redact, secret_values
+from spec_sweep.core.secrets import (
+    MissingSecretError,
+    Secrets,
+    redact,
+    secret_values,
+    secrets_of,
+)
 from spec_sweep.node import gpu
 from spec_sweep.node.adaptive import adaptive_verdict, write_config
 from spec_sweep.node.boot_phases import parse_boot
 from spec_sweep.node.classify import Classification, classify
 from spec_sweep.node.client import BenchResult, run_benchmark_sync
-from spec_sweep.node.command import build_command, launch_for
+from spec_sweep.node.command import ServerCommand, build_command, launch_for
 from spec_sweep.node.goodput import GoodputResult, find_goodput
 from spec_sweep.node.metrics import bench_metrics
 from spec_sweep.node.ports import choose_server_port
@@ -95,6 +101,16 @@ def run_trial(
     t0 = time.monotonic()
     trial_dir.mkdir(parents=True, exist_ok=True)
     config = dict(config)
+    secrets = secrets_of(spec)
+    missing = _missing_secret(spec)
+    if missing is not None:  # this node cannot start the server the spec describes
+        return TrialResult(
+            trial_id=trial_id,
+            config=config,
+            failure_mode=FailureMode.ENVIRONMENT,
+            reason=missing,
+            started_at=started_at,
+        )
     use_gpus = launch_for(spec, simulate=simulate).uses_gpus(spec)
     cache_dir = weight_cache_dir if spec.node.weight_cache else None
     if use_gpus:
@@ -118,7 +134,8 @@ def run_trial(
         spec, launched, port=port, host=_HOST, simulate=simulate, adaptive_path=adaptive_path
     )
     extra_env = {**compile_env(spec), **(extra_env or {})}
-    (trial_dir / "command.txt").write_text(redact(command.shell(), secret_values(spec)) + "\n")
+    hide = secret_values(spec)
+    (trial_dir / "command.txt").write_text(redact(command.shell(), hide) + "\n")
     server = launch_server(
         command,
         log_path=trial_dir / "server.log",
@@ -127,6 +144,8 @@ def run_trial(
         extra_env=extra_env,
         record_dir=trial_dir,
         node_id=node_id,
+        resolved=_resolved(secrets, command),
+        hide=hide,
     )
     if on_launch is not None:
         on_launch(server)
@@ -168,6 +187,30 @@ def run_trial(
         gpu_released=run.released,
         started_at=started_at,
     )
+
+
+def _missing_secret(spec: SweepSpec) -> str | None:
+    """Why this node cannot launch the spec's server: a secret whose value it does not know
+    (after looking in its environment, `core.secrets.Secrets.fill_from_environment`)."""
+    secrets = secrets_of(spec)
+    if secrets is None:
+        return None
+    secrets.fill_from_environment()
+    missing = secrets.missing()
+    if not missing:
+        return None
+    try:
+        secrets.resolve([missing[0].placeholder], {})
+    except MissingSecretError as exc:
+        return str(exc)
+    return None
+
+
+def _resolved(secrets: Secrets | None, command: ServerCommand) -> ServerCommand | None:
+    """The command with its secrets' values (None: the spec has no secret)."""
+    if secrets is None or not secrets.refs:
+        return None
+    return ServerCommand(*secrets.resolve(command.argv, command.env))
 
 
 @dataclass

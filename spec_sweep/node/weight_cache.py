@@ -51,6 +51,7 @@ from typing import Any
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.memory import same_weights
 from spec_sweep.core.names import AVAIL_METRIC, RESULT_FILE, WEIGHTS_METRIC
+from spec_sweep.core.secrets import secrets_of
 from spec_sweep.core.versions import CACHE_DIR_SINCE, at_least
 from spec_sweep.node.command import ServerCommand, launch_for
 from spec_sweep.node.procs import group_pids, stop_process_group
@@ -229,6 +230,12 @@ def _free_gib() -> list[float] | None:
     return [g.memory_total_gib - g.memory_used_gib for g in gpus] if gpus else None
 
 
+def _with_secrets(spec: SweepSpec, env: Mapping[str, str]) -> dict[str, str]:
+    """The daemon's environment with the values of the spec's secrets (`core.secrets`)."""
+    secrets = secrets_of(spec)
+    return secrets.resolve((), env)[1] if secrets is not None else dict(env)
+
+
 def _start(spec: SweepSpec, folder: Path, *, simulate: bool, timeout_s: float) -> dict[str, Any]:
     """Start the daemon and wait for its ready line; returns its record."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -244,7 +251,7 @@ def _start(spec: SweepSpec, folder: Path, *, simulate: bool, timeout_s: float) -
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **command.env, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **_with_secrets(spec, command.env), "PYTHONUNBUFFERED": "1"},
             start_new_session=True,
         )
     record: dict[str, Any] = {"pid": proc.pid, "pgid": proc.pid, "argv": argv, "held_gib": None}

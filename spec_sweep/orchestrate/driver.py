@@ -39,6 +39,7 @@ def sweep(
     fresh: bool = False,
     state_dir: str | Path | None = None,
     tracking_uri: str | None = None,
+    allow_insecure_tracking: bool = False,
     address: str | None = None,
     progress: SweepProgress | None = None,
     failure_aware: bool = True,
@@ -52,6 +53,8 @@ def sweep(
         fresh: Move old state aside and start over.
         state_dir: Root of the sweep state folders.
         tracking_uri: MLflow store.
+        allow_insecure_tracking: A plain-HTTP tracking server on another machine without
+            credentials is intended (`--allow-insecure-tracking`).
         address: Ray cluster to join (else a local one is started, or the one already
             initialised in this process is used).
         progress: Live display (None: silent).
@@ -71,6 +74,7 @@ def sweep(
             state,
             options,
             tracking_uri=tracking_uri,
+            allow_insecure=allow_insecure_tracking,
             address=address,
             state_root=state_dir,
         )
@@ -87,11 +91,12 @@ def _sweep_locked(
     options: RunOptions,
     *,
     tracking_uri: str | None,
+    allow_insecure: bool,
     address: str | None,
     state_root: str | Path | None,
 ) -> SweepOutcome:
     clean_leftovers(state)
-    uri = resolve_tracking_uri(spec, tracking_uri)
+    uri = resolve_tracking_uri(spec, tracking_uri, allow_insecure=allow_insecure)
     simulated = options.backend.simulated
     started_ray = start_ray(spec, address=address, simulated=simulated, state=state)
     if started_ray:

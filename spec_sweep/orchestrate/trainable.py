@@ -35,13 +35,16 @@ from spec_sweep.core.ids import BASELINE_ID, is_repeat, repeated_of
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import FailureMode, TrialReport, TrialResult
 from spec_sweep.core.record import TrialRecord, kill_tags
-from spec_sweep.errors import TrialError
+from spec_sweep.core.secrets import secrets_of
+from spec_sweep.errors import SpecError, TrialError
 from spec_sweep.node.backends import TrialBackend
 from spec_sweep.node.classify import killed_unexplained
 from spec_sweep.node.command import ServerCommand, build_command
 from spec_sweep.node.server import kill_recorded_servers
 from spec_sweep.orchestrate.cluster import node_id
 from spec_sweep.present.names import run_name
+from spec_sweep.spec import SweepSpec
+from spec_sweep.spec_load import load_spec
 from spec_sweep.store.tracker import Tracker
 
 __all__ = ["TrialContext", "run_and_record"]
@@ -85,6 +88,7 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
     attempt = int(config.pop(names.CONFIG_ATTEMPT, 1))
     predicted = config.pop(names.CONFIG_PREDICTED, None)
     spec = ctx.backend.spec
+    _fill_secrets(spec)
     cfg = normalize_config(spec, config)
     tracker = ctx.tracker
     repeat = is_repeat(trial_id)  # a confirmation boot: the same configuration, booted again
@@ -147,6 +151,26 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
         return TrialReport(trial_id=trial_id, interrupted=True, environment=why, reason=why)
     (trial_dir / names.RESULT_FILE).write_text(json.dumps(result.to_dict()))
     return _finish(ctx, run_id, result, trial_dir, t0=time.monotonic(), spent_s=record_s)
+
+
+def _fill_secrets(spec: SweepSpec) -> None:
+    """Learn the values of the spec's secrets on this node from the spec file.
+
+    They travel by name, never through Ray (`core.secrets`): a worker reads them from the spec
+    file when it is readable here and sets the same `node.env` and `node.server_args`; what it
+    does not find there, the trial looks up in this node's environment (`trial.run_trial`).
+    """
+    secrets = secrets_of(spec)
+    if secrets is None or not secrets.missing() or not spec.source:
+        return
+    try:
+        here = load_spec(spec.source)
+    except (SpecError, OSError):
+        return
+    known = secrets_of(here)
+    node, mine = here.node, spec.node
+    if known is not None and (node.env, node.server_args) == (mine.env, mine.server_args):
+        secrets.fill(known.value_of)
 
 
 def _predicted(

@@ -8,6 +8,7 @@ other working directories. Sweep state goes to `.spec_sweep/<sweep name>/`, the 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import socket
@@ -16,10 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+from spec_sweep.core.secrets import bare_uri
 from spec_sweep.errors import SpecError
 from spec_sweep.spec import SweepSpec
 
 __all__ = [
+    "ALLOW_INSECURE_OPTION",
     "check_tracking_uri",
     "default_state_root",
     "default_tracking_uri",
@@ -151,22 +154,101 @@ def _probe_server(uri: str, *, field: str) -> None:
     )
 
 
+#: The option that lets a sweep record to a plain-HTTP server without credentials.
+ALLOW_INSECURE_OPTION = "--allow-insecure-tracking"
+_CREDENTIALS = (
+    "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+)
+
+
+def _take_credentials(uri: str) -> str:
+    """A tracking URI without the user and password of its userinfo, which go to MLflow's
+    `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD` of this process instead (a local
+    Ray cluster inherits them): the URI is written to state.json and shipped to Ray."""
+    bare, user, password = bare_uri(uri)
+    if user:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = user
+    if password:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = password
+    return bare
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_access(uri: str, spec: SweepSpec, *, field: str, allow_insecure: bool) -> None:
+    """Refuse a tracking server that refuses our credentials, and a plain-HTTP server on
+    another machine used without any (docs/running/security.md).
+
+    Raises:
+        SpecError: HTTP 401 or 403 from the server, or `http://` to a non-loopback host without
+            credentials and without `ALLOW_INSECURE_OPTION` (one line saying what to set).
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return
+    from spec_sweep.store.mlflow_private import access_status, has_credentials  # heavy: MLflow
+
+    status = access_status(uri, spec.experiment, timeout_s=_PROBE_TIMEOUT_S)
+    if status == 401:
+        given = "were refused" if has_credentials(uri) else "are not set"
+        raise SpecError(
+            f"{field}: {uri!r}: the tracking server asks for credentials (HTTP 401) and they "
+            f"{given}: {_CREDENTIALS} to an account of that server"
+        )
+    if status == 403:
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME") or "this account"
+        raise SpecError(
+            f"{field}: {uri!r}: the tracking server denies {user} access to experiment "
+            f"{spec.experiment!r} (HTTP 403): give it EDIT permission there, or {_CREDENTIALS} "
+            "to an account that has it"
+        )
+    if parsed.scheme == "http" and not _loopback(parsed.hostname) and not has_credentials(uri):
+        if allow_insecure:
+            return
+        raise SpecError(
+            f"{field}: {uri!r} is a plain-HTTP tracking server on another machine, used "
+            "without credentials: anyone who reaches it can read, change or delete every "
+            "sweep; run it with authentication (mlflow server --app-name basic-auth) and "
+            f"{_CREDENTIALS}, or pass {ALLOW_INSECURE_OPTION} if an open server is intended "
+            "(docs/running/security.md)"
+        )
+
+
 def resolve_tracking_uri(
-    spec: SweepSpec, override: str | None = None, *, source: str | None = None
+    spec: SweepSpec,
+    override: str | None = None,
+    *,
+    source: str | None = None,
+    allow_insecure: bool = False,
 ) -> str:
     """`--tracking-uri`, else `tracking.uri`, else the project's `mlruns/` SQLite store.
+
+    A user and password in the URI's userinfo move to this process's MLflow credentials
+    (`MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD`); the URI returned has none.
 
     Args:
         spec: The sweep.
         override: The URI given for this command, if any.
         source: Where `override` came from, when not `--tracking-uri` (for the errors).
+        allow_insecure: `ALLOW_INSECURE_OPTION`: a plain-HTTP server on another machine
+            without credentials is intended.
 
     Raises:
-        SpecError: a folder store MLflow would refuse (`check_tracking_uri`), or a server where
-            nothing answers.
+        SpecError: a folder store MLflow would refuse (`check_tracking_uri`), a server where
+            nothing answers, or one that refuses our credentials or has none to ask for them
+            (`_check_access`).
     """
-    uri = check_tracking_uri(spec, override, source=source)
-    _probe_server(uri, field=source or _field(spec, override))
+    uri = _take_credentials(check_tracking_uri(spec, override, source=source))
+    field = source or _field(spec, override)
+    _probe_server(uri, field=field)
+    _check_access(uri, spec, field=field, allow_insecure=allow_insecure)
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return uri

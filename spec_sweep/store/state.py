@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from spec_sweep.core.secrets import is_secret_name, placeholder
 from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.spec import SweepSpec
 from spec_sweep.store.paths import sweep_state_dir, sweep_trials_dir
@@ -49,6 +50,10 @@ def fingerprint(spec: SweepSpec, *, simulate: bool) -> dict[str, Any]:
         k: v for k, v in flat.items() if not any(k == m or k.startswith(m + ".") for m in _MUTABLE)
     }
     flat = {k: v for k, v in flat.items() if not k.endswith(".description")}
+    for key in [k for k in flat if k.startswith(("node.env.", "node.server_args."))]:
+        name = key.split(".", 2)[2]
+        if is_secret_name(name) or name in spec.node.secrets:  # a spec `seal` never saw
+            flat[key] = placeholder(name)
     flat["simulate"] = simulate
     if not simulate:
         flat = {k: v for k, v in flat.items() if k != "node.sim_profile"}

@@ -96,7 +96,11 @@ def budget_in_force(spec: SweepSpec, tracker: Tracker, parent_run_id: str) -> Sw
 
 
 def find_sweep(
-    spec: SweepSpec, *, tracking_uri: str | None = None, state_dir: str | Path | None = None
+    spec: SweepSpec,
+    *,
+    tracking_uri: str | None = None,
+    state_dir: str | Path | None = None,
+    allow_insecure_tracking: bool = False,
 ) -> tuple[Tracker, str, Path]:
     """The sweep's store, parent run and state folder, for `report` and `export`.
 
@@ -119,7 +123,9 @@ def find_sweep(
             f"no MLflow store at {wanted}: run the sweep first "
             f"(spec-sweep run {spec.source or 'SWEEP.yaml'}), or pass --tracking-uri"
         )
-    uri = resolve_tracking_uri(spec, tracking_uri or saved, source=source)
+    uri = resolve_tracking_uri(
+        spec, tracking_uri or saved, source=source, allow_insecure=allow_insecure_tracking
+    )
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
     if tracker.client.get_experiment_by_name(spec.experiment) is None:
         raise SpecSweepError(
@@ -151,13 +157,14 @@ def log_manual_trial(
     tracking_uri: str | None,
     run_name: str,
     command: str,
+    allow_insecure_tracking: bool = False,
 ) -> str:
     """Record a trial run by `spec-sweep trial` as a run of the sweep's experiment (no parent).
 
     Returns:
         The run id.
     """
-    uri = resolve_tracking_uri(spec, tracking_uri)
+    uri = resolve_tracking_uri(spec, tracking_uri, allow_insecure=allow_insecure_tracking)
     tracker = Tracker(uri, spec.experiment, secrets=secret_values(spec))
     run_id = tracker.start_trial(
         None,

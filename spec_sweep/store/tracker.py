@@ -7,7 +7,7 @@ from Ray worker threads): experiment = sweep name, one parent run per sweep (tag
 per trial attempt, with the tags, params and metrics `core.record` shapes and the artifacts
 `server.log`, `command.txt`, `bench.json`. A trial's child run is written and closed as FINISHED
 *before* the trial is reported done, which makes the store the durable record of finished trials
-that resume relies on. Secrets (names with TOKEN, KEY, SECRET or PASSWORD) never reach the store
+that resume relies on. Secrets (`core.secrets`) never reach the store
 in clear.
 
 It also shapes what the MLflow UI shows: experiments open on the runs table, a trial's node is
@@ -41,7 +41,7 @@ from spec_sweep.core.record import (
     record_from_run,
     trial_tags,
 )
-from spec_sweep.core.secrets import redact
+from spec_sweep.core.secrets import redact, tracking_secrets
 from spec_sweep.core.versions import version_line
 from spec_sweep.spec import SweepSpec
 from spec_sweep.store.mlflow_private import (
@@ -94,7 +94,7 @@ class Tracker:
         """
         self.uri = uri
         self.experiment = experiment
-        self.secrets = tuple(secrets)
+        self.secrets = (*secrets, *tracking_secrets())
         if system_metrics_interval_s is None:
             env = os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "")
             system_metrics_interval_s = float(env) if env else SYSTEM_METRICS_INTERVAL_S
@@ -107,6 +107,9 @@ class Tracker:
         state = dict(self.__dict__)
         state["_client"] = None
         state["_monitors"] = {}
+        # Never pickled (Ray ships the tracker to its workers): what a worker records comes
+        # redacted already (the sealed spec's commands, the server log written redacted).
+        state["secrets"] = ()
         return state
 
     @property

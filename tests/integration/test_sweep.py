@@ -165,7 +165,7 @@ def test_mlflow_layout(pcie: tuple[SweepSpec, SweepOutcome, Path]) -> None:
         command = client.download_artifacts(child.info.run_id, "command.txt")
         text = Path(command).read_text()
         assert "hf_supersecretvalue" not in text
-        assert "HF_TOKEN=***" in text
+        assert "HF_TOKEN='<secret: HF_TOKEN>'" in text
         metrics = child.data.metrics
         if mode is FailureMode.NONE:
             assert "bench.json" in files
