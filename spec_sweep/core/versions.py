@@ -1,7 +1,8 @@
 """SGLang versions compared as numbers, and what each version offers spec_sweep.
 
 This module owns `version_key` (`"0.5.13.post1"` -> `(0, 5, 13)`) and the version thresholds
-spec_sweep relies on, each with where in SGLang's sources it was read (docs/concepts/sglang-versions.md):
+spec_sweep relies on, each with where in SGLang's sources it was read
+(docs/concepts/sglang-versions.md):
 `/server_info` `startup_time` and the "Engine startup timings" line (0.5.17), the weight-cache
 daemon (0.5.17) and `SGLANG_CACHE_DIR` (0.5.18), and `weight_cache_problem` (a spec whose
 `node.weight_cache` cannot work). Every rule is a threshold, so a version newer than any known
