@@ -184,3 +184,42 @@ def test_head_image_uses_the_gpu_images_python() -> None:
     base = next(rest for word, rest in _instructions(DOCKER / "Dockerfile.head") if word == "FROM")
     # SGLang's images run Python 3.12; Ray refuses nodes of another Python minor version.
     assert re.fullmatch(r"python:3\.12(\.\d+)?-slim-\w+", base), base
+
+
+# ---------------------------------------------------------------------------------------------
+# The tracking server's authentication (docs/running/security.md)
+
+
+def test_the_tracking_server_requires_authentication_with_no_secret_in_the_recipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlflow.server.auth.config import read_auth_config
+
+    compose = _load("docker-compose.head.yml")
+    mlflow = compose["services"]["mlflow"]
+    assert "--app-name=basic-auth" in mlflow["command"]
+    # the admin password and the CSRF key come from the environment compose runs in
+    env = mlflow["environment"]
+    assert env["MLFLOW_AUTH_ADMIN_PASSWORD"].startswith("${MLFLOW_AUTH_ADMIN_PASSWORD:?")
+    assert env["MLFLOW_FLASK_SERVER_SECRET_KEY"].startswith("${MLFLOW_FLASK_SERVER_SECRET_KEY:?")
+    head = compose["services"]["ray-head"]["environment"]
+    assert head["MLFLOW_TRACKING_USERNAME"] == "admin"
+    assert head["MLFLOW_TRACKING_PASSWORD"].startswith("${MLFLOW_AUTH_ADMIN_PASSWORD:?")
+
+    raw = _load("ray-cluster.yaml")
+    server = next(c for c in raw["head_start_ray_commands"] if "mlflow server" in c)
+    assert "--app-name basic-auth" in server
+    assert "--env-file /etc/spec-sweep/head.env" in raw["docker"]["head_run_options"]
+    assert "--env-file /etc/spec-sweep/node.env" in raw["docker"]["worker_run_options"]
+    assert "runtime_env" not in json.dumps(raw)
+
+    # the image installs the auth extra and MLflow reads its configuration, without a password
+    instructions = _instructions(DOCKER / "Dockerfile.head")
+    assert any(w == "RUN" and '".[auth]"' in rest for w, rest in instructions)
+    assert ("ENV", "MLFLOW_AUTH_CONFIG_PATH=/etc/mlflow/basic_auth.ini") in instructions
+    monkeypatch.delenv("MLFLOW_AUTH_ADMIN_PASSWORD", raising=False)
+    monkeypatch.setenv("MLFLOW_AUTH_CONFIG_PATH", str(DOCKER / "mlflow-basic-auth.ini"))
+    config = read_auth_config()
+    assert config.admin_username == "admin"
+    assert config.admin_password is None
+    assert config.database_uri == "sqlite:////mlflow/basic_auth.db"
