@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -38,7 +39,16 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from harness import DROP, free_port, ray_port_args, wait_until, write_spec
+from harness import (
+    DROP,
+    MLFLOW_ADMIN,
+    AuthMlflowServer,
+    files_holding,
+    free_port,
+    ray_port_args,
+    wait_until,
+    write_spec,
+)
 from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
@@ -47,6 +57,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).parent / "ray")
 NODE_RESOURCE = "spec_sweep_node"
 READY = "The server is fired up and ready to roll"
+#: The planted secrets of the secrets test: the tracking password every node starts with, and a
+#: spec's env token and SGLang API key.
+TRACKING_PASSWORD = f"trk-cluster-{secrets.token_hex(8)}"
+HF = f"hf_cluster_{secrets.token_hex(8)}"
+API_KEY = f"sk-cluster-{secrets.token_hex(8)}"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -67,6 +82,8 @@ class LocalCluster:
     root: Path
     workers: int
     address: str = ""
+    #: Environment every node's Ray starts in (the tracking credentials its trials use).
+    env: dict[str, str] = field(default_factory=dict)
     node_dirs: dict[str, Path] = field(default_factory=dict)  # worker node id -> its temp dir
 
     @property
@@ -95,7 +112,7 @@ class LocalCluster:
             "RAY_health_check_timeout_ms": "500",
             "RAY_health_check_failure_threshold": "3",
         }
-        self._run(head, _env(**fast_health))
+        self._run(head, _env(**fast_health, **self.env))
         self.address = f"127.0.0.1:{port}"
         starts = []
         for index in range(1, self.workers + 1):
@@ -114,7 +131,7 @@ class LocalCluster:
                 *ray_port_args(),
                 f"--temp-dir={self.root / f'w{index}'}",
             ]
-            starts.append(self._popen(argv, _env()))
+            starts.append(self._popen(argv, _env(**self.env)))
         for proc in starts:
             out, _ = proc.communicate(timeout=180)
             if proc.returncode != 0:
@@ -188,9 +205,10 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def local_cluster(workers: int) -> Iterator[LocalCluster]:
+def local_cluster(workers: int, env: dict[str, str] | None = None) -> Iterator[LocalCluster]:
     # Short root: Ray puts Unix sockets under it (107-byte path limit).
-    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="ssc", dir="/tmp")), workers)
+    root = Path(tempfile.mkdtemp(prefix="ssc", dir="/tmp"))
+    cluster = LocalCluster(root, workers, env=dict(env or {}))
     try:
         cluster.start()
         yield cluster
@@ -297,7 +315,11 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
 @pytest.fixture(scope="module")
 def _module_cluster() -> Iterator[LocalCluster]:
-    with local_cluster(2) as cluster:
+    # Every node's Ray starts with the tracking credentials, as the cluster recipe's nodes do
+    # (an unauthenticated server ignores them).
+    creds = {"MLFLOW_TRACKING_USERNAME": MLFLOW_ADMIN}
+    creds["MLFLOW_TRACKING_PASSWORD"] = TRACKING_PASSWORD
+    with local_cluster(2, env=creds) as cluster:
         yield cluster
 
 
@@ -647,3 +669,69 @@ def _cmdline(proc: psutil.Process) -> list[str]:
         return proc.cmdline()
     except psutil.Error:
         return []
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthMlflowServer]:
+    """A basic-auth MLflow server whose admin password the nodes start with."""
+    server = AuthMlflowServer(tmp_path_factory.mktemp("mlflow-auth"), TRACKING_PASSWORD)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_secrets_reach_the_trials_on_the_nodes_and_nothing_else(
+    auth_server: AuthMlflowServer, two_nodes: LocalCluster, tmp_path: Path
+) -> None:
+    """Credentials from the nodes' environment, the spec's secrets from the spec file: the
+    trials record to an authenticated server, and no planted secret is in the state folder,
+    the MLflow stores, the driver's output or any file of the Ray cluster (its logs, spills)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    spec = write_spec(
+        project,
+        name="clustersecrets",
+        node={
+            "draft_model": DROP,
+            "sglang_version": "0.5.17",
+            "env": {"HF_TOKEN": HF},
+            "server_args": {"tp-size": 8, "api-key": API_KEY},
+        },
+        search_space={
+            "include": DROP,
+            "params": {"mem-fraction-static": {"float": [0.80, 0.90], "default": 0.88}},
+        },
+        baseline={"speculative-algorithm": DROP},
+        budget={"trials": 2, "trial_timeout_s": 300},
+        searcher={"kind": "random"},
+    )
+    uri = auth_server.uri
+    env = _env(
+        SPEC_SWEEP_PROJECT_DIR=str(project),
+        MLFLOW_TRACKING_USERNAME=MLFLOW_ADMIN,
+        MLFLOW_TRACKING_PASSWORD=TRACKING_PASSWORD,
+    )
+    argv = [sys.executable, "-m", "spec_sweep.run", str(spec), "--simulate"]
+    argv += ["--address", two_nodes.address, "--tracking-uri", uri]
+    done = subprocess.run(
+        argv, cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    os.environ["MLFLOW_TRACKING_USERNAME"] = MLFLOW_ADMIN
+    os.environ["MLFLOW_TRACKING_PASSWORD"] = TRACKING_PASSWORD
+    try:
+        runs = trial_runs(uri, "clustersecrets")
+    finally:
+        del os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"]
+    assert sorted(r.data.tags["spec_sweep.trial_id"] for r in runs) == ["t0000", "t0001"]
+    assert all(r.data.tags.get("failure_mode") == "none" for r in runs)
+    state = project / ".spec_sweep" / "clustersecrets"
+    log = (state / "trials" / "t0000" / "attempt1" / "server.log").read_text()
+    assert '"api_key": "***"' in log  # the server on the node got the key; our copy hides it
+
+    planted = (TRACKING_PASSWORD, HF, API_KEY)
+    roots = [p for p in project.iterdir() if p.resolve() != spec.resolve()]
+    leaks = files_holding([*roots, auth_server.root, two_nodes.root], planted)
+    leaks += [f"output: {s}" for s in planted if s in done.stdout + done.stderr]
+    assert not leaks, leaks
