@@ -273,7 +273,16 @@ def _load(args: argparse.Namespace) -> SweepSpec:
     joined = bool(getattr(args, "address", None) or os.environ.get("RAY_ADDRESS"))
     detect = not simulated and not (args.command == "run" and joined)
     state_dir = getattr(args, "state_dir", None)
-    spec = load_spec(args.sweep, detect=detect, state_dir=state_dir, defer_flags=not detect)
+    # report, export and ui launch nothing: the flags were checked when the sweep ran (maybe
+    # against a version found on nodes this machine cannot ask), and a written version stays
+    reading = args.command in ("report", "export", "ui")
+    spec = load_spec(
+        args.sweep,
+        detect=detect,
+        state_dir=state_dir,
+        defer_flags=reading or not detect,
+        refuse_mismatch=not reading,
+    )
     trials = getattr(args, "trials", None)
     if trials is not None:
         if trials <= 0:

@@ -64,6 +64,7 @@ def load_spec(
     node_version: str | None = None,
     state_dir: str | Path | None = None,
     defer_flags: bool = False,
+    refuse_mismatch: bool = True,
 ) -> SweepSpec:
     """Read, resolve and validate a sweep spec.
 
@@ -78,6 +79,8 @@ def load_spec(
         defer_flags: The nodes decide the version later (a joined Ray cluster:
             `resolve_node_version` checks the flags then): for `auto`, or a written version
             without a manifest here, the flags are not checked against any version now.
+        refuse_mismatch: A written version the node does not run is an error (off for
+            commands that only read a sweep's record: the written version stays).
 
     Returns:
         The validated, frozen spec, `node.sglang_version` resolved (`sglang_version_source`
@@ -101,7 +104,10 @@ def load_spec(
     except ValidationError as exc:
         raise SpecError(_format_validation(path, exc, raw)) from exc
     spec = _resolve_paths(path, spec)
-    spec = _resolve_version(path, spec, detect=detect, node_version=node_version)
+    if detect or node_version is not None:
+        spec = _resolve_version(
+            path, spec, detect=detect, node_version=node_version, refuse=refuse_mismatch
+        )
     folder = sweep_state_dir(spec, state_dir) / "manifests"
     version = spec.node.sglang_version
     unknown = not is_bundled(version) and not (folder / f"sglang-{version}.json").is_file()
@@ -131,7 +137,7 @@ def resolve_node_version(
 
 
 def _resolve_version(
-    path: Path, spec: SweepSpec, *, detect: bool, node_version: str | None
+    path: Path, spec: SweepSpec, *, detect: bool, node_version: str | None, refuse: bool = True
 ) -> SweepSpec:
     """`node.sglang_version` as the node decides: the node's version for `auto`, and a written
     version checked against it."""
@@ -142,7 +148,7 @@ def _resolve_version(
         node_version, where = found.version, found.where
     if node_version is None:
         return spec
-    if node.sglang_version_source == "spec" and node.sglang_version != node_version:
+    if refuse and node.sglang_version_source == "spec" and node.sglang_version != node_version:
         raise SpecError(
             f"{path}: node.sglang_version: {node.sglang_version!r} is written, but the node "
             f"runs SGLang {node_version} ({where}): write auto (or {node_version}), or launch "

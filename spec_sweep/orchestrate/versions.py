@@ -130,8 +130,8 @@ def check_node_versions(
         text = _get(ref, timeout_s=_MANIFEST_TIMEOUT_S)
         folder.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    if version == spec.node.sglang_version and spec.node.sglang_version_source != "auto":
-        return spec, []  # already checked against this version
-    resolved = resolve_node_version(spec, version, state_dir=state_root)
     notice = newer_than_known(version)
-    return resolved, [notice] if notice else []
+    notes = [notice] if notice else []
+    if version == spec.node.sglang_version and spec.node.sglang_version_source != "auto":
+        return spec, notes  # already checked against this version
+    return resolve_node_version(spec, version, state_dir=state_root), notes

@@ -196,3 +196,13 @@ def test_example_sweeps_validate_on_every_version_or_say_which_they_need(
             f"{sweep.name}: fails on {version} ({error}); its header must say why "
             f"(name {match.group(1)})"
         )
+
+
+def test_reading_a_record_keeps_the_written_version(tmp_path: Path) -> None:
+    """report, export and ui read what a sweep recorded: a written version stays although this
+    machine's SGLang is another, and flags are not checked against this machine's version."""
+    path = standin_spec(tmp_path, sglang_version="0.5.17", server_args={"tp-size": 8})
+    spec = load_spec(
+        path, detect=True, state_dir=tmp_path / "s", defer_flags=True, refuse_mismatch=False
+    )
+    assert (spec.node.sglang_version, spec.node.sglang_version_source) == ("0.5.17", "spec")
