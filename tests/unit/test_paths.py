@@ -8,6 +8,8 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -160,3 +162,116 @@ def test_report_and_export_where_no_store_exists_say_so_and_create_none(
     with pytest.raises(SpecSweepError, match=rf"^no MLflow store at sqlite:///{db}: run the sweep"):
         find_sweep(spec, tracking_uri=f"sqlite:///{db}", state_dir=tmp_path / "state")
     assert not (tmp_path / "mlruns").exists()  # opening a SQLite store would have created it
+
+
+# ---------------------------------------------------------------------------------------------
+# Who may record: a server's 401/403, an open server elsewhere, credentials in the URI
+# (docs/running/security.md)
+
+
+class _Server:
+    """A stand-in tracking server on `host`: every request answers `status`."""
+
+    def __init__(self, host: str, status: int) -> None:
+        answer = status
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"You are not authenticated." if answer == 401 else b"{}"
+                self.send_response(answer)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.port = int(self.httpd.server_address[1])
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.mlflow/credentials
+
+
+def _outside_address() -> str | None:
+    """This machine's address on a network (not loopback), if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("10.255.255.255", 1))  # no packet is sent
+            address = str(sock.getsockname()[0])
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+@pytest.mark.usefixtures("no_credentials")
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_server_that_refuses_us_is_one_line_naming_the_variables(
+    spec: SweepSpec, status: int
+) -> None:
+    server = _Server("127.0.0.1", status)
+    try:
+        uri = f"http://127.0.0.1:{server.port}"
+        with pytest.raises(SpecError) as err:
+            resolve_tracking_uri(spec, uri)
+    finally:
+        server.close()
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"--tracking-uri: {uri!r}: the tracking server ")
+    assert f"(HTTP {status})" in text
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in text
+    assert "MLFLOW_TRACKING_TOKEN" in text
+
+
+@pytest.mark.usefixtures("no_credentials")
+def test_an_open_plain_http_server_elsewhere_is_refused_unless_allowed(
+    spec: SweepSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    address = _outside_address()
+    if address is None:
+        pytest.skip("this machine has no address besides loopback")
+    server = _Server("0.0.0.0", 404)
+    try:
+        uri = f"http://{address}:{server.port}"
+        with pytest.raises(SpecError) as err:
+            resolve_tracking_uri(spec, uri)
+        text = str(err.value)
+        assert "\n" not in text
+        assert text.startswith(f"--tracking-uri: {uri!r} is a plain-HTTP tracking server")
+        assert "--app-name basic-auth" in text
+        assert "--allow-insecure-tracking" in text
+        assert resolve_tracking_uri(spec, uri, allow_insecure=True) == uri
+        loopback = f"http://127.0.0.1:{server.port}"
+        assert resolve_tracking_uri(spec, loopback) == loopback  # this machine's own
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "pw")
+        assert resolve_tracking_uri(spec, uri) == uri  # with credentials
+    finally:
+        server.close()
+
+
+@pytest.mark.usefixtures("no_credentials")
+def test_credentials_in_the_uri_become_mlflows_and_leave_the_uri(
+    spec: SweepSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = _Server("127.0.0.1", 404)
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "")  # restored after the test
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "")
+    try:
+        bare = f"http://127.0.0.1:{server.port}"
+        uri = bare.replace("//", "//bob:s3cr%40t@")
+        assert resolve_tracking_uri(spec, uri) == bare
+    finally:
+        server.close()
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "bob"
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cr@t"
