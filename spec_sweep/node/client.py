@@ -43,7 +43,7 @@ import math
 import re
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -160,6 +160,7 @@ async def run_benchmark(
     *,
     model_path: str,
     request_timeout_s: float,
+    headers: Mapping[str, str] | None = None,
 ) -> BenchResult:
     """Warm up, then measure each concurrency level of `workload` in turn on one server.
 
@@ -168,6 +169,7 @@ async def run_benchmark(
         workload: What to send and at which concurrency levels.
         model_path: The served model's path (for the vocabulary of random prompts).
         request_timeout_s: The most one request may take; beyond it the server counts as hung.
+        headers: Sent with every request (the server's API key: `Authorization: Bearer ...`).
 
     Returns:
         The levels measured (stopping at a hung one) and an error summary.
@@ -179,6 +181,7 @@ async def run_benchmark(
     levels = workload.concurrency
     width = max(levels)
     url = f"{base_url.rstrip('/')}/generate"
+    sent = {**_JSON_HEADERS, **(headers or {})}
     cursor = 0
 
     def take(count: int) -> list[httpx.Request]:
@@ -190,7 +193,7 @@ async def run_benchmark(
                 "POST",
                 url,
                 content=_payload(prompts[i % len(prompts)], workload),
-                headers=_JSON_HEADERS,
+                headers=sent,
             )
             for i in range(start, cursor)
         ]
@@ -198,7 +201,7 @@ async def run_benchmark(
     results: list[LevelResult] = []
     async with contextlib.AsyncExitStack() as stack:
         clients = [
-            await stack.enter_async_context(_connection(base_url, request_timeout_s))
+            await stack.enter_async_context(_connection(base_url, request_timeout_s, headers))
             for _ in range(width)
         ]
         await _open_connections(clients, timeout_s=min(request_timeout_s, _SERVER_INFO_TIMEOUT_S))
@@ -249,16 +252,23 @@ def run_benchmark_sync(
     *,
     model_path: str,
     request_timeout_s: float,
+    headers: Mapping[str, str] | None = None,
 ) -> BenchResult:
     """`run_benchmark` in a fresh event loop (for callers without one)."""
     return asyncio.run(
         run_benchmark(
-            base_url, workload, model_path=model_path, request_timeout_s=request_timeout_s
+            base_url,
+            workload,
+            model_path=model_path,
+            request_timeout_s=request_timeout_s,
+            headers=headers,
         )
     )
 
 
-def _connection(base_url: str, request_timeout_s: float) -> httpx.AsyncClient:
+def _connection(
+    base_url: str, request_timeout_s: float, headers: Mapping[str, str] | None = None
+) -> httpx.AsyncClient:
     """The HTTP client of one in-flight slot: a pool of one kept-alive connection.
 
     One pool per slot rather than one shared pool: httpcore (1.0.x) re-scans every pooled
@@ -270,6 +280,7 @@ def _connection(base_url: str, request_timeout_s: float) -> httpx.AsyncClient:
     """
     return httpx.AsyncClient(
         base_url=base_url,
+        headers=dict(headers or {}),
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         timeout=httpx.Timeout(request_timeout_s + _HTTPX_SLACK_S, read=None),
         trust_env=False,

@@ -111,11 +111,13 @@ def find_goodput(
     *,
     model_path: str,
     request_timeout_s: float,
+    headers: Mapping[str, str] | None = None,
 ) -> GoodputResult:
     """Bisect the concurrency range of `workload.goodput` against `workload.sla` on one server.
 
     Each level sends `max(num_prompts, concurrency)` requests, without a warm-up (the benchmark
     before it warmed the server up).
+    `headers` go with every request (the server's API key).
 
     Raises:
         ValueError: the workload has no `goodput` block.
@@ -133,7 +135,11 @@ def find_goodput(
             }
         )
         bench = run_benchmark_sync(
-            base_url, level_workload, model_path=model_path, request_timeout_s=request_timeout_s
+            base_url,
+            level_workload,
+            model_path=model_path,
+            request_timeout_s=request_timeout_s,
+            headers=headers,
         )
         level = bench.levels[0] if bench.levels else None
         metrics = level_metrics(level) if level is not None else {}

@@ -27,6 +27,7 @@ than those being judged.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,7 @@ def greedy_outputs(
     model_path: str,
     request_timeout_s: float,
     top_logprobs: int = 0,
+    headers: Mapping[str, str] | None = None,
 ) -> GreedyOutput:
     """Decode the fixed prompts greedily in one batch `/generate` request.
 
@@ -114,6 +116,7 @@ def greedy_outputs(
         model_path: The served model (its chat template).
         request_timeout_s: Timeout of the request.
         top_logprobs: Also ask for this many top log-probabilities per output position (0: no).
+        headers: Sent with the request (the server's API key).
 
     Raises:
         httpx.HTTPError: the request failed.
@@ -136,7 +139,10 @@ def greedy_outputs(
     # "meta_info"} per prompt (http_server.generate_request returns the gathered outputs of
     # TokenizerManager._handle_batch_request; read in 0.5.13's source, recorded from 0.5.17 in
     # tests/fixtures/sglang/0.5.17/streams/base-generate_batch_logprobs.json).
-    with httpx.Client(base_url=base_url, timeout=request_timeout_s, trust_env=False) as client:
+    auth = dict(headers or {})
+    with httpx.Client(
+        base_url=base_url, headers=auth, timeout=request_timeout_s, trust_env=False
+    ) as client:
         r = client.post("/generate", json=body)
         r.raise_for_status()
         data = r.json()
@@ -278,6 +284,7 @@ def check_quality(
     trial_id: str,
     request_timeout_s: float,
     state_dir: Path | None,
+    headers: Mapping[str, str] | None = None,
 ) -> QualityCheck:
     """Decode the fixed prompts, judge them, and save both to `trial_dir/quality.json`.
 
@@ -296,6 +303,7 @@ def check_quality(
             model_path=model_path,
             request_timeout_s=request_timeout_s,
             top_logprobs=TOP_LOGPROBS if baseline else 0,
+            headers=headers,
         )
     except (httpx.HTTPError, ValueError) as exc:
         return QualityCheck(False, True, f"quality not checked: {type(exc).__name__}: {exc}")

@@ -43,6 +43,7 @@ __all__ = [
     "LogWatcher",
     "ReadyResult",
     "ServerProcess",
+    "api_key_headers",
     "free_port",
     "kill_recorded_servers",
     "launch_server",
@@ -203,6 +204,8 @@ class ServerProcess:
         self.stopped = False
         #: Writes the output of a server launched with secrets to its log (`launch_server`).
         self.pump: _RedactingPump | None = None
+        #: What every request to it sends: its API key, when it was launched with one.
+        self.headers: dict[str, str] = {}
         self.watcher = LogWatcher(log_path)
         self.watcher.start()
 
@@ -367,7 +370,19 @@ def launch_server(
         proc, command=command, host=host, port=port, log_path=log_path, record_path=record_path
     )
     server.pump = pump
+    server.headers = api_key_headers(run.argv)
     return server
+
+
+def api_key_headers(argv: Sequence[str]) -> dict[str, str]:
+    """`Authorization: Bearer KEY` for a server launched with `--api-key KEY` (SGLang then
+    refuses every request without it but its health checks), else nothing."""
+    for i, token in enumerate(argv):
+        name, eq, value = token.partition("=")
+        if name == "--api-key":
+            key = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            return {"Authorization": f"Bearer {key}"} if key else {}
+    return {}
 
 
 class _RedactingPump(threading.Thread):

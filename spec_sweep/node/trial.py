@@ -300,7 +300,7 @@ def _server_info(server: ServerProcess) -> dict[str, Any] | None:
     """`/server_info` once the server is up: its `version`, and from SGLang 0.5.17 on its
     `startup_time`."""
     try:
-        response = httpx.get(f"{server.base_url}/server_info", timeout=10.0)
+        response = httpx.get(f"{server.base_url}/server_info", headers=server.headers, timeout=10.0)
         info = response.json() if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
@@ -409,6 +409,7 @@ def _benchmark(
             spec.workload,
             model_path=spec.node.model,
             request_timeout_s=spec.node.request_timeout_s,
+            headers=server.headers,
         )
         if bench.hung or bench.error_count:
             return
@@ -418,6 +419,7 @@ def _benchmark(
                 spec.workload,
                 model_path=spec.node.model,
                 request_timeout_s=spec.node.request_timeout_s,
+                headers=server.headers,
             )
             if box["goodput"].hung:
                 return
@@ -431,6 +433,7 @@ def _benchmark(
                 trial_id=where.trial_id,
                 request_timeout_s=spec.node.request_timeout_s,
                 state_dir=where.state_dir,
+                headers=server.headers,
             )
 
     thread = threading.Thread(target=work, name="benchmark", daemon=True)

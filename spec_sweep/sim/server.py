@@ -156,11 +156,25 @@ class SimServer:
 
     @web.middleware
     async def access_middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Hang when the node hangs; write uvicorn's access line for every request."""
+        """Hang when the node hangs; refuse a request without the API key as SGLang does; write
+        uvicorn's access line for every request."""
         await self._maybe_hang()
-        response = await handler(request)
+        if self._unauthorized(request):
+            response: web.StreamResponse = self._json({"error": "Unauthorized"}, status=401)
+        else:
+            response = await handler(request)
         self.log.access(self._client(request), request.method, request.path_qs, response.status)
         return response
+
+    def _unauthorized(self, request: web.Request) -> bool:
+        """With `--api-key`, SGLang's middleware (http_server.add_api_key_middleware) answers 401
+        to any request but OPTIONS, `/health*` and `/metrics*` without `Bearer <key>`."""
+        key = self.options.server_args.get("api_key")
+        if not key or request.method == "OPTIONS":
+            return False
+        if request.path.startswith(("/health", "/metrics")):
+            return False
+        return request.headers.get("Authorization") != f"Bearer {key}"
 
     # -- endpoints -----------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.StreamResponse:

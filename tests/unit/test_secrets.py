@@ -29,6 +29,7 @@ from spec_sweep.core.secrets import (
 )
 from spec_sweep.errors import SpecError
 from spec_sweep.node.command import build_command
+from spec_sweep.node.server import api_key_headers
 from spec_sweep.spec_load import load_spec
 from spec_sweep.store.state import fingerprint
 
@@ -213,3 +214,11 @@ def test_load_spec_seals_what_it_returns(tmp_path: Path) -> None:
     assert again.node == spec.node
     assert secrets_of(again) is not None
     assert HF in secrets_of(again).values()
+
+
+def test_a_server_launched_with_an_api_key_is_asked_with_it() -> None:
+    assert api_key_headers(["python", "--api-key", KEY, "--port", "1"]) == {
+        "Authorization": f"Bearer {KEY}"
+    }
+    assert api_key_headers(["python", f"--api-key={KEY}"]) == {"Authorization": f"Bearer {KEY}"}
+    assert api_key_headers(["python", "--admin-api-key", KEY]) == {}

@@ -128,6 +128,8 @@ def test_a_sweep_and_a_manual_trial_record_everything_and_write_no_secret(
     assert searched == ["t0000", "t0001", "t0002"], searched
     assert all(r.info.status == "FINISHED" for r in trials)
     assert len(trials) == 4  # and the manual trial
+    # measured: the simulated node, as SGLang, answers 401 to a request without the API key
+    assert all(r.data.tags.get("failure_mode") == "none" for r in trials)
 
     # The server got the real key (it printed it, redacted in our copy of its log), and the
     # command we show names the placeholder.
