@@ -50,14 +50,21 @@ def fingerprint(spec: SweepSpec, *, simulate: bool) -> dict[str, Any]:
         k: v for k, v in flat.items() if not any(k == m or k.startswith(m + ".") for m in _MUTABLE)
     }
     flat = {k: v for k, v in flat.items() if not k.endswith(".description")}
-    for key in [k for k in flat if k.startswith(("node.env.", "node.server_args."))]:
-        name = key.split(".", 2)[2]
-        if is_secret_name(name) or name in spec.node.secrets:  # a spec `seal` never saw
-            flat[key] = placeholder(name)
+    flat = _hide_secrets(flat, spec.node.secrets)  # a spec `seal` never saw
     flat["simulate"] = simulate
     if not simulate:
         flat = {k: v for k, v in flat.items() if k != "node.sim_profile"}
     return flat
+
+
+def _hide_secrets(flat: dict[str, Any], marked: tuple[str, ...]) -> dict[str, Any]:
+    """A fingerprint with each secret (`core.secrets`) of the node as its placeholder."""
+    out = dict(flat)
+    for key in [k for k in out if k.startswith(("node.env.", "node.server_args."))]:
+        name = key.split(".", 2)[2]
+        if is_secret_name(name) or name in marked:
+            out[key] = placeholder(name)
+    return out
 
 
 def spec_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -181,6 +188,9 @@ def open_state(
         old = {
             k: v for k, v in data.get("fingerprint", {}).items() if not k.endswith(".description")
         }
+        # A state.json written before secrets were sealed holds their values: compare (and
+        # rewrite) it without them.
+        old = _hide_secrets(old, spec.node.secrets)
         diff = spec_diff(old, print_)
         if diff:
             lock.close()

@@ -222,3 +222,18 @@ def test_a_server_launched_with_an_api_key_is_asked_with_it() -> None:
     }
     assert api_key_headers(["python", f"--api-key={KEY}"]) == {"Authorization": f"Bearer {KEY}"}
     assert api_key_headers(["python", "--admin-api-key", KEY]) == {}
+
+
+def test_a_state_folder_from_before_sealing_resumes_and_loses_the_values(tmp_path: Path) -> None:
+    from spec_sweep.store.state import open_state
+
+    spec = _secret_spec(tmp_path)
+    state = open_state(spec, state_dir=tmp_path / "state", fresh=False, simulate=True)
+    state.close()
+    path = state.path / "state.json"
+    data = json.loads(path.read_text())
+    data["fingerprint"]["node.env.HF_TOKEN"] = HF  # as an older spec_sweep wrote it
+    path.write_text(json.dumps(data))
+    again = open_state(spec, state_dir=tmp_path / "state", fresh=False, simulate=True)
+    again.close()
+    assert HF not in path.read_text()
