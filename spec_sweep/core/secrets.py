@@ -66,9 +66,11 @@ ARG_VARIABLE_PREFIX = "SPEC_SWEEP_SECRET_"
 _MIN_TEXT_LEN = 4
 
 _PLACEHOLDER_RE = re.compile(r"<secret: [^>]+>")
-# `api_key='...'` (SGLang prints its ServerArgs so), `--api-key VALUE`, `--api-key=VALUE`,
-# `HF_TOKEN=VALUE`: a value next to a secret name, whatever its value is.
+# `api_key='...'` (SGLang prints its ServerArgs so), `"api_key": "..."` (as JSON),
+# `--api-key VALUE`, `--api-key=VALUE`, `HF_TOKEN=VALUE`: a value next to a secret name,
+# whatever its value is.
 _QUOTED_RE = re.compile(r"\b([A-Za-z_][\w-]*)=(['\"])(.*?)\2")
+_JSON_RE = re.compile(r'"([A-Za-z_][\w-]*)"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
 _VALUE = r"('<secret: [^>]+>'|<secret: [^>]+>|\S+)"
 _FLAG_RE = re.compile(r"(--([A-Za-z][\w-]*))(=|[ \t]+)(?!--)" + _VALUE)
 _ASSIGN_RE = re.compile(r"\b([A-Z][A-Z0-9_]*)=(?!['\"])" + _VALUE)
@@ -280,6 +282,11 @@ def _mask_named(text: str) -> str:
             return m.group(0)
         return f"{m.group(1)}={m.group(2)}{REDACTED}{m.group(2)}"
 
+    def json_pair(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group(1)) or _hidden(m.group(3)):
+            return m.group(0)
+        return f'"{m.group(1)}"{m.group(2)}"{REDACTED}"'
+
     def flag(m: re.Match[str]) -> str:
         if not is_secret_name(m.group(2)) or _hidden(m.group(4).strip("'\"")):
             return m.group(0)
@@ -290,12 +297,14 @@ def _mask_named(text: str) -> str:
             return m.group(0)
         return f"{m.group(1)}={REDACTED}"
 
-    return _ASSIGN_RE.sub(assign, _FLAG_RE.sub(flag, _QUOTED_RE.sub(quoted, text)))
+    text = _JSON_RE.sub(json_pair, _QUOTED_RE.sub(quoted, text))
+    return _ASSIGN_RE.sub(assign, _FLAG_RE.sub(flag, text))
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every secret value, and every value written next to a secret name
-    (`api_key='...'`, `--api-key VALUE`, `HF_TOKEN=VALUE`), replaced by `***`."""
+    (`api_key='...'`, `"api_key": "..."`, `--api-key VALUE`, `HF_TOKEN=VALUE`), replaced by
+    `***`."""
     for secret in sorted(set(secrets), key=len, reverse=True):
         if len(secret) >= _MIN_TEXT_LEN:
             text = text.replace(secret, REDACTED)

@@ -86,6 +86,7 @@ def test_redact_hides_values_and_whatever_stands_next_to_a_secret_name() -> None
     assert "max_total_tokens=8192" in out
     assert "--tp-size 8" in out
     assert "hf_token=None" in out
+    assert redact('{"api_key": "sk-q", "tp_size": "8"}') == '{"api_key": "***", "tp_size": "8"}'
     # placeholders are left as they are; short values are not searched for in free text
     shown = "HF_TOKEN='<secret: HF_TOKEN>' x --api-key '<secret: api-key>'"
     assert redact(shown, ["ab"]) == shown
