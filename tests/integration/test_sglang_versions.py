@@ -23,6 +23,7 @@ import pytest
 from harness import DROP, ROOT, write_spec
 from mlflow.tracking import MlflowClient
 
+from spec_sweep.errors import SpecError
 from spec_sweep.node.backends import make_backend
 from spec_sweep.orchestrate.driver import SweepOutcome, sweep
 from spec_sweep.spec_load import load_spec
@@ -83,6 +84,20 @@ def test_a_version_never_seen_runs_a_sweep_against_its_own_flags(project_dir: Pa
     assert parent.params["node.sglang_version"] == "0.5.99"
     assert parent.params["node.sglang_version_source"] == "node"
     assert parent.tags["spec_sweep.sglang_version"].startswith("SGLang 0.5.99 (auto: ")
+
+
+def test_a_node_without_sglang_is_refused_before_any_trial(project_dir: Path) -> None:
+    path = standin_spec(
+        project_dir,
+        name="nosglang",
+        env={"SPEC_SWEEP_SIM_PROFILE": "rtx-pro-6000-pcie-x8"},
+        server_args={"tp-size": 8},
+    )
+    with pytest.raises(SpecError) as refused:
+        run(project_dir, path)
+    assert "node.launch: no SGLang is installed where" in str(refused.value)
+    assert "on node(s) " in str(refused.value)
+    assert not (project_dir / ".spec_sweep" / "nosglang").exists()  # refused: no trace left
 
 
 def test_a_wrapper_launching_another_version_stops_on_the_first_boot(project_dir: Path) -> None:
