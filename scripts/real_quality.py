@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Greedy outputs with top log-probabilities from several real SGLang servers at once, on one GPU.
 
-The measurements the quality gate's divergence rule will be set from (issue "Real weights on a
-newer SGLang"): the baseline across fresh boots, benign flags (CUDA-graph batch, memory, decode
-graphs off, deterministic kernels, another attention backend), NGRAM and EAGLE-3, each decoding
+The measurements the quality gate's rule is set and checked from: the baseline across fresh boots,
+benign flags (CUDA-graph batch, memory, decode graphs off, deterministic kernels, another
+attention backend), NGRAM and EAGLE-3 chains and trees (two boots each), and the lossy group (fp8
+KV cache in both formats, fp8 weight quantization), each decoding
 the same prompts greedily, raw and through the model's chat template. Throughput is not measured,
 so the servers share the GPU: each gets a small KV pool (`--max-total-tokens`) and they boot in
 parallel, staggered by a few seconds. Usage (from the repository root, SGLang importable)::
@@ -69,6 +70,15 @@ def configs(version: str, model: Path) -> dict[str, list[str]]:
     # make_real_model.py --eagle3 has none (random weights: every draft rejected).
     trained = (draft_dir / "train_summary.json").is_file()
     load = [] if trained else ["--speculative-draft-load-format", "dummy"]
+
+    def eagle(steps: int, topk: int, tokens: int) -> list[str]:
+        return [
+            *["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft],
+            *[*load, "--speculative-num-steps", str(steps)],
+            *["--speculative-eagle-topk", str(topk)],
+            *["--speculative-num-draft-tokens", str(tokens)],
+        ]
+
     return {
         "base-1": [],
         "base-2": [],
@@ -79,11 +89,15 @@ def configs(version: str, model: Path) -> dict[str, list[str]]:
         "deterministic": ["--enable-deterministic-inference"],
         "attn-torch-native": ["--attention-backend", "torch_native"],
         "ngram-d8": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
-        "eagle3-s3-k1-d4": [
-            *["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft],
-            *[*load, "--speculative-num-steps", "3"],
-            *["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
-        ],
+        "ngram-d8-2": ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8"],
+        "eagle3-s3-k1-d4": eagle(3, 1, 4),
+        "eagle3-s3-k1-d4-2": eagle(3, 1, 4),
+        "eagle3-s3-k2-d6": eagle(3, 2, 6),
+        "eagle3-s3-k2-d6-2": eagle(3, 2, 6),
+        # Lossy on purpose: the gate must class these lossy, not equivalent.
+        "kv-fp8-e5m2": ["--kv-cache-dtype", "fp8_e5m2"],
+        "kv-fp8-e4m3": ["--kv-cache-dtype", "fp8_e4m3"],
+        "quant-fp8": ["--quantization", "fp8"],
     }
 
 

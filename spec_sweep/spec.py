@@ -495,16 +495,28 @@ class QualitySpec(_Model):
     margin_nats: float = Field(
         0.5,
         ge=0.0,
-        description="A first different token that the baseline rated less than this many nats "
-        "(natural-log probability) below its own choice is a near-tie flip, benign; 0 demands "
-        "identical outputs. Measured default (README, 'Output quality').",
+        description="Labels each diverging prompt in the record: a first different token the "
+        "baseline rated less than this many nats below its own choice is a near-tie flip, any "
+        "other a confident divergence. The labels explain a trial; the deficit decides it.",
     )
-    max_confident_share: float = Field(
-        0.0,
-        ge=0.0,
-        le=1.0,
-        description="Largest share of prompts that may diverge where the baseline was "
-        "confident; above it the trial is wrong_output. Measured default (README).",
+    max_equivalent_deficit: float = Field(
+        0.003,
+        gt=0.0,
+        description="Largest deficit (nats per token: how much less likely the baseline finds the "
+        "trial's tokens than its own) of a numerically equivalent trial; above it the outputs "
+        "are lossy. Set between the lossless and lossy configurations measured on H100 and H200 "
+        "(docs/concepts/quality-gate.md).",
+    )
+    min_wrong_deficit: float = Field(
+        0.25,
+        gt=0.0,
+        description="Deficit (nats per token) above which outputs are wrong (tokens the baseline "
+        "did not consider, as from a kernel bug): wrong_output even with allow_lossy.",
+    )
+    allow_lossy: bool = Field(
+        False,
+        description="Keep lossy configurations (fp8 KV cache, quantized weights) as candidates, "
+        "marked lossy in the ranking and the recommendation; false: they are wrong_output.",
     )
 
     @model_validator(mode="before")
@@ -513,11 +525,27 @@ class QualitySpec(_Model):
         if isinstance(data, dict) and "min_agreement" in data:
             raise ValueError(
                 f"min_agreement ({data['min_agreement']!r}) is retired: token agreement could "
-                "not tell a near-tie flip from a bug; remove it and use margin_nats (default "
-                "0.5; 0 demands identical outputs) and max_confident_share (default 0: no "
-                "prompt may diverge where the baseline was confident)"
+                "not tell a near-tie flip from a bug; remove it (the deficit decides: "
+                "max_equivalent_deficit, min_wrong_deficit, allow_lossy)"
+            )
+        if isinstance(data, dict) and "max_confident_share" in data:
+            raise ValueError(
+                f"max_confident_share ({data['max_confident_share']!r}) is retired: one token at "
+                "a threshold decided a trial on one prompt; remove it (the deficit over all "
+                "prompts decides: max_equivalent_deficit, min_wrong_deficit, allow_lossy)"
             )
         return data
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min_wrong_deficit <= self.max_equivalent_deficit:
+            raise ValueError(
+                f"min_wrong_deficit {self.min_wrong_deficit:g} must be above "
+                "max_equivalent_deficit "
+                f"{self.max_equivalent_deficit:g} (equivalent <= max_equivalent_deficit < lossy <= "
+                "min_wrong_deficit < wrong)"
+            )
+        return self
 
 
 class BoundSpec(_Model):

@@ -40,6 +40,8 @@ INTERVAL_NAMES: tuple[str, ...] = tuple(
 )
 #: Metrics of the output-quality gate, once per judged trial (docs/concepts/quality-gate.md).
 QUALITY_METRICS: tuple[str, ...] = (
+    "quality_deficit",
+    "quality_lossy",
     "quality_confident_share",
     "quality_near_tie_flips",
     "quality_first_divergence",

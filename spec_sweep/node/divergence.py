@@ -1,20 +1,28 @@
-"""The quality gate's rule: is a greedy output identical, a near-tie flip, or wrong?
+"""The quality gate's rule: are a trial's greedy outputs identical, equivalent, lossy or wrong?
 
-This module owns the judging of README "Output quality", pure (no I/O): a trial's greedy output
-of a prompt is compared with the baseline's over the first `quality.tokens` tokens and is
+This module owns the judging of the output-quality gate (docs/concepts/quality-gate.md), pure (no
+I/O). A trial's greedy outputs of the fixed prompts are compared with the baseline's over the
+first `quality.tokens` tokens, and the trial is judged on the evidence of all its prompts at once:
 
-* identical;
-* a near-tie flip: the first different token is one the baseline itself rated within
-  `quality.margin_nats` of its own choice at that position (natural-log probability, from the
-  baseline's top log-probabilities). Another kernel's rounding decides such a near tie the other
-  way: benign. The continuation is another greedy path from there on and is not compared;
-* a confident divergence: any other first difference (the trial's token is further below the
-  baseline's choice, or outside the baseline's top list, or the baseline reported nothing
-  there, or the trial's output ended early).
+* The deficit (`deficit`, nats per token): how much less likely the baseline itself finds the
+  trial's tokens than its own, per token judged. At each prompt's first different token the
+  baseline's log-probability of its own choice minus that of the trial's token (a token outside
+  its top list counts as the list's lowest, which favours the trial; a difference where the
+  baseline reported no list counts as `_UNSEEN_GAP_NATS`), summed over the prompts and divided
+  by the tokens judged (every position up to and including each prompt's first difference; the
+  paths differ after it). Exact ties (bf16 logits tie often) cost nothing; a trial that leaves
+  the baseline rarely, and only where it hesitated, scores near 0; one that leaves it early,
+  often or where it was sure scores high.
+* The class: `identical` (every prompt equal), `equivalent` (deficit <=
+  `quality.max_equivalent_deficit`: what another kernel's rounding does), `lossy` (above it, up to
+  `quality.min_wrong_deficit`: outputs change beyond numerical noise, e.g. an fp8 KV cache or fp8
+  weights), `wrong` (above that: tokens the baseline did not consider, e.g. a kernel bug). A trial
+  passes when it is identical or equivalent, or lossy with `quality.allow_lossy`.
 
-A trial fails (`QualityCheck.passed` False, then `wrong_output`) when the share of prompts with
-a confident divergence exceeds `quality.max_confident_share`. The defaults and how they were
-measured are in the README; the requests and the record are `node.quality`'s.
+Each prompt also gets a verdict for the record (`PromptVerdict`): identical, a near-tie flip (the
+first different token within `quality.margin_nats` of the baseline's choice) or a confident
+divergence. Those labels explain a trial; the class decides it. The requests and the record are
+`node.quality`'s; how the defaults were measured is on the quality-gate page.
 """
 
 from __future__ import annotations
@@ -30,8 +38,11 @@ __all__ = [
     "Divergence",
     "PromptVerdict",
     "QualityCheck",
+    "QualityClass",
     "Top",
     "agreement",
+    "classify_deficit",
+    "deficit",
     "judge_outputs",
     "judge_prompt",
     "parse_top_logprobs",
@@ -50,6 +61,24 @@ class Divergence(StrEnum):
     """First differs at a token the baseline rated within `margin_nats` of its choice."""
     CONFIDENT = "confident"
     """First differs where the baseline was confident: wrong."""
+
+
+class QualityClass(StrEnum):
+    """A trial's outputs against the baseline's, on the evidence of all prompts."""
+
+    IDENTICAL = "identical"
+    """Every prompt's first `tokens` tokens are the baseline's."""
+    EQUIVALENT = "equivalent"
+    """Differences another kernel's rounding explains (deficit <= `max_equivalent_deficit`)."""
+    LOSSY = "lossy"
+    """Outputs change beyond numerical noise (fp8 caches, quantized weights)."""
+    WRONG = "wrong"
+    """Tokens the baseline did not consider (deficit > `min_wrong_deficit`): a bug."""
+
+
+#: How far below the baseline's choice a different token counts where the baseline reported no
+#: top list (nats): as sure as a model gets, so such a difference reads as lossy or wrong.
+_UNSEEN_GAP_NATS = 10.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +130,8 @@ class QualityCheck:
         agreement: Mean common prefix over the first N tokens / N (informational).
         tokens: N, the tokens judged per prompt.
         remark: What a passing trial's reason must say even with identical outputs.
+        quality_class: The class that decided (None when not judged).
+        deficit: The deficit (nats per token; None when not judged).
     """
 
     judged: bool
@@ -110,6 +141,8 @@ class QualityCheck:
     agreement: float | None = None
     tokens: int = 0
     remark: str = ""
+    quality_class: QualityClass | None = None
+    deficit: float | None = None
 
     def _count(self, kind: Divergence) -> int:
         return sum(1 for v in self.verdicts if v.divergence is kind)
@@ -130,6 +163,11 @@ class QualityCheck:
         return self.confident / len(self.verdicts) if self.judged and self.verdicts else None
 
     @property
+    def lossy(self) -> bool:
+        """Whether the outputs were judged lossy (passed only under `quality.allow_lossy`)."""
+        return self.quality_class is QualityClass.LOSSY
+
+    @property
     def note(self) -> str:
         """What a passing trial's reason says about quality ("" when outputs were identical)."""
         if not self.judged or self.near_ties or self.confident:
@@ -147,6 +185,8 @@ class QualityCheck:
             "quality_confident_share": round(share, 4),
             "quality_near_tie_flips": float(self.near_ties),
             "quality_first_divergence": float(min(first) if first else self.tokens),
+            "quality_deficit": round(self.deficit or 0.0, 6),
+            "quality_lossy": 1.0 if self.lossy else 0.0,
         }
 
 
@@ -255,6 +295,56 @@ def judge_prompt(
     )
 
 
+def _first_gap(
+    reference: Sequence[int], top: Sequence[Top | None] | None, output: Sequence[int], tokens: int
+) -> tuple[int, float]:
+    """(tokens judged, the baseline's log-probability gap at the first difference; 0 if none)."""
+    ref, out = list(reference[:tokens]), list(output[:tokens])
+    pos = _common_prefix(ref, out)
+    if pos >= len(ref):
+        return len(ref), 0.0
+    entries = top[pos] if top is not None and pos < len(top) else None
+    if not entries:
+        return pos + 1, _UNSEEN_GAP_NATS
+    lps = {token: lp for lp, token in entries}
+    chosen = out[pos] if pos < len(out) else None
+    mine = lps.get(chosen, min(lps.values())) if chosen is not None else min(lps.values())
+    return pos + 1, max(lps.values()) - mine
+
+
+def deficit(
+    reference: Sequence[Sequence[int]],
+    top: Sequence[Sequence[Top | None] | None] | None,
+    outputs: Sequence[Sequence[int]],
+    *,
+    tokens: int,
+) -> float:
+    """The deficit of a trial's greedy outputs (nats per token judged; module doc).
+
+    Raises:
+        ValueError: different prompt counts, or no prompt.
+    """
+    if len(reference) != len(outputs) or not reference:
+        raise ValueError(f"{len(reference)} reference outputs but {len(outputs)} outputs")
+    judged, lost = 0, 0.0
+    for i, (ref, out) in enumerate(zip(reference, outputs, strict=True)):
+        n, gap = _first_gap(ref, top[i] if top is not None and i < len(top) else None, out, tokens)
+        judged += n
+        lost += gap
+    return lost / judged if judged else 0.0
+
+
+def classify_deficit(value: float, *, identical: bool, quality: QualitySpec) -> QualityClass:
+    """The class of a trial from its deficit (module doc)."""
+    if identical:
+        return QualityClass.IDENTICAL
+    if value <= quality.max_equivalent_deficit:
+        return QualityClass.EQUIVALENT
+    if value <= quality.min_wrong_deficit:
+        return QualityClass.LOSSY
+    return QualityClass.WRONG
+
+
 def judge_outputs(
     reference: Sequence[Sequence[int]],
     top: Sequence[Sequence[Top | None] | None] | None,
@@ -268,7 +358,7 @@ def judge_outputs(
         reference: The baseline's output ids per prompt.
         top: The baseline's top log-probabilities per prompt and position (None: none).
         outputs: The trial's output ids per prompt (same prompts, same order).
-        quality: The gate's settings (`tokens`, `margin_nats`, `max_confident_share`).
+        quality: The gate's settings (`tokens`, `margin_nats`, the deficit bounds, `allow_lossy`).
 
     Raises:
         ValueError: different prompt counts, or no prompt.
@@ -285,10 +375,16 @@ def judge_outputs(
         )
         for i, (ref, out) in enumerate(zip(reference, outputs, strict=True))
     )
-    share = sum(v.divergence is Divergence.CONFIDENT for v in verdicts) / len(verdicts)
-    passed = share <= quality.max_confident_share + 1e-9
-    reason = _reason(verdicts, share, passed=passed, quality=quality)
-    return QualityCheck(True, passed, reason, verdicts, score, quality.tokens)
+    value = deficit(reference, top, outputs, tokens=quality.tokens)
+    identical = all(v.divergence is Divergence.IDENTICAL for v in verdicts)
+    kind = classify_deficit(value, identical=identical, quality=quality)
+    passed = kind in (QualityClass.IDENTICAL, QualityClass.EQUIVALENT) or (
+        kind is QualityClass.LOSSY and quality.allow_lossy
+    )
+    reason = _reason(verdicts, kind, value, passed=passed, quality=quality)
+    return QualityCheck(
+        True, passed, reason, verdicts, score, quality.tokens, quality_class=kind, deficit=value
+    )
 
 
 def _where(v: PromptVerdict) -> str:
@@ -304,27 +400,38 @@ def _where(v: PromptVerdict) -> str:
 
 
 def _reason(
-    verdicts: Sequence[PromptVerdict], share: float, *, passed: bool, quality: QualitySpec
+    verdicts: Sequence[PromptVerdict],
+    kind: QualityClass,
+    value: float,
+    *,
+    passed: bool,
+    quality: QualitySpec,
 ) -> str:
     n = len(verdicts)
+    if kind is QualityClass.IDENTICAL:
+        return f"greedy outputs identical to the baseline's on {n}/{n} prompts"
     confident = [v for v in verdicts if v.divergence is Divergence.CONFIDENT]
     near = [v for v in verdicts if v.divergence is Divergence.NEAR_TIE]
     identical = n - len(confident) - len(near)
-    if not confident and not near:
-        return f"greedy outputs identical to the baseline's on {n}/{n} prompts"
-    flips = f"{len(near)}/{n} prompts flipped at a near tie"
-    if near:
-        widest = max(v.gap or 0.0 for v in near)
-        flips += f" (widest {widest:.4g} < quality.margin_nats {quality.margin_nats:g} nats)"
-    share_text = (
-        f"(share {share:.3g} {'<=' if passed else '>'} quality.max_confident_share "
-        f"{quality.max_confident_share:g})"
+    bound = {
+        QualityClass.EQUIVALENT: f"<= quality.max_equivalent_deficit "
+        f"{quality.max_equivalent_deficit:g}",
+        QualityClass.LOSSY: f"> quality.max_equivalent_deficit {quality.max_equivalent_deficit:g}",
+        QualityClass.WRONG: f"> quality.min_wrong_deficit {quality.min_wrong_deficit:g}",
+    }[kind]
+    first = min((v.position for v in verdicts if v.position is not None), default=0)
+    text = (
+        f"{kind.value} (deficit {value:.3g} nats/token {bound}): "
+        f"{identical}/{n} prompts identical, "
+        f"{len(near)} diverge at a near tie, {len(confident)} where the baseline was confident, "
+        f"first at token {first}"
     )
-    confident_text = f"{len(confident)}/{n} prompts diverge where the baseline was confident"
-    if passed:
-        text = f"quality passed: {flips}, {identical} identical, {confident_text} {share_text}"
-    else:
-        text = f"{confident_text} {share_text}, {flips}, {identical} identical"
+    if kind is QualityClass.LOSSY:
+        text += (
+            "; kept as a candidate (quality.allow_lossy)"
+            if passed
+            else "; set quality.allow_lossy to keep lossy configurations"
+        )
     if confident:
         text += f"; first confident: {_where(confident[0])}"
     return text

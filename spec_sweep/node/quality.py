@@ -234,11 +234,19 @@ def _baseline_check(out: GreedyOutput, quality: QualitySpec) -> QualityCheck:
     if out.top is None:
         remark += (
             "; its server returned no top log-probabilities, so every divergence from its "
-            "greedy outputs counts as confident"
+            "greedy outputs counts as a sure one (10 nats)"
         )
     reason = remark
     return QualityCheck(
-        True, True, reason, check.verdicts, check.agreement, quality.tokens, remark=remark
+        True,
+        True,
+        reason,
+        check.verdicts,
+        check.agreement,
+        quality.tokens,
+        remark=remark,
+        quality_class=check.quality_class,
+        deficit=check.deficit,
     )
 
 
@@ -324,11 +332,15 @@ def check_quality(
         rule={
             "tokens": quality.tokens,
             "margin_nats": quality.margin_nats,
-            "max_confident_share": quality.max_confident_share,
+            "max_equivalent_deficit": quality.max_equivalent_deficit,
+            "min_wrong_deficit": quality.min_wrong_deficit,
+            "allow_lossy": quality.allow_lossy,
         },
         reference=str(ref.path) if ref is not None else None,
         judged=check.judged,
         passed=check.passed,
+        quality_class=check.quality_class.value if check.quality_class else None,
+        deficit=check.deficit,
         reason=check.reason,
         agreement=check.agreement,
         confident_share=check.confident_share,

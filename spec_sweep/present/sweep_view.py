@@ -178,38 +178,41 @@ class SweepView:
 
 
 def quality_lines(spec: SweepSpec, done: list[TrialRecord]) -> list[str]:
-    """The quality gate's verdicts over a sweep's trials, in one line (README, "Output quality").
+    """The quality gate's classes over a sweep's trials (docs/concepts/quality-gate.md).
 
-    Judged trials carry `quality_confident_share`; `wrong_output` ones failed the gate. The
-    baseline is named as the reference and left out of the counts. The first `wrong_output`
-    trial's reason (where its outputs went wrong) follows on a line of its own, whole: the
-    terminal wraps it at word boundaries, the report shows it as a paragraph.
+    Judged trials carry `quality_deficit` (with `quality_first_divergence`, the tokens judged when
+    every prompt was identical, and `quality_lossy`); `wrong_output` ones failed the gate, as
+    lossy (without `quality.allow_lossy`) or as wrong. The baseline is named as the reference and
+    left out of the counts. The first `wrong_output` trial's reason (where its outputs went wrong)
+    follows on a line of its own, whole: the terminal wraps it at word boundaries, the report
+    shows it as a paragraph.
     """
     q = spec.quality
     if q is None:
         return []
     trials = [r for r in done if r.trial_id != BASELINE_ID]
     wrong = [r for r in trials if r.failure_mode is FailureMode.WRONG_OUTPUT]
-    share = {
-        r.trial_id: r.metrics["quality_confident_share"]
-        for r in trials
-        if "quality_confident_share" in r.metrics and r not in wrong
-    }
-    flips = [r for r in trials if r.trial_id in share and r.metrics.get("quality_near_tie_flips")]
-    confident = sum(1 for v in share.values() if v > 0)
-    near_only = sum(1 for r in flips if not share[r.trial_id])
-    parts = [f"{len(share) - near_only - confident} identical to the baseline"]
-    parts.append(f"{near_only} passed with near-tie flips only")
-    if confident:
-        parts.append(f"{confident} passed with confident divergences within the allowed share")
-    unjudged = sum(1 for r in trials if r.measured and r.trial_id not in share)
+    judged = [r for r in trials if "quality_deficit" in r.metrics and r not in wrong]
+    identical = [r for r in judged if r.metrics.get("quality_first_divergence", 0) >= q.tokens]
+    lossy = [r for r in judged if r.metrics.get("quality_lossy")]
+    equivalent = len(judged) - len(identical) - len(lossy)
+    parts = [f"{len(identical)} identical to the baseline"]
+    parts.append(f"{equivalent} numerically equivalent")
+    if q.allow_lossy:
+        parts.append(f"{len(lossy)} lossy, kept as candidates")
+    unjudged = sum(1 for r in trials if r.measured and r not in judged and r not in wrong)
     if unjudged:
         parts.append(f"{unjudged} not judged")
-    parts.append(f"{len(wrong)} wrong_output")
+    rejected_lossy = sum(1 for r in wrong if r.metrics.get("quality_lossy"))
+    parts.append(
+        f"{len(wrong)} wrong_output ({rejected_lossy} lossy, {len(wrong) - rejected_lossy} wrong)"
+        if rejected_lossy
+        else f"{len(wrong)} wrong_output"
+    )
     text = (
-        f"quality gate ({q.num_prompts} prompts x {q.tokens} tokens; near tie < "
-        f"{q.margin_nats:g} nats; confident share <= {q.max_confident_share:g}): "
-        + f"reference {BASELINE_ID} (the baseline); "
+        f"quality gate ({q.num_prompts} prompts x {q.tokens} tokens; equivalent up to a deficit "
+        f"of {q.max_equivalent_deficit:g} nats/token, lossy "
+        f"{'kept' if q.allow_lossy else 'rejected'}): reference {BASELINE_ID} (the baseline); "
         + ", ".join(parts)
     )
     if not wrong:

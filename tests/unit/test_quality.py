@@ -34,7 +34,9 @@ REAL = (
     / "streams"
     / "base-generate_batch_logprobs.json"
 )
-QUALITY = QualitySpec(num_prompts=2, tokens=24)
+#: Two prompts of 24 tokens: 48 tokens are little evidence, so the bound on the deficit is wider
+#: than the default (set for 16 x 64): one flip 0.1875 nats below is 0.00625 nats/token here.
+QUALITY = QualitySpec(num_prompts=2, tokens=24, max_equivalent_deficit=0.01)
 
 
 class _Node:
@@ -121,7 +123,14 @@ def test_the_baseline_asks_for_top_logprobs_and_records_them(
     assert check.metrics()["quality_confident_share"] == 0.0
     assert [len(p) for p in record["top_logprobs"]] == [24, 24]
     assert record["top_logprobs"][0][0][0] == [pytest.approx(-0.271079, abs=1e-6), 7042]
-    assert record["rule"] == {"tokens": 24, "margin_nats": 0.5, "max_confident_share": 0.0}
+    assert record["rule"] == {
+        "tokens": 24,
+        "margin_nats": 0.5,
+        "max_equivalent_deficit": 0.01,
+        "min_wrong_deficit": 0.25,
+        "allow_lossy": False,
+    }
+    assert (record["quality_class"], record["deficit"]) == ("identical", 0.0)
     assert [v["verdict"] for v in record["verdicts"]] == ["identical", "identical"]
 
 
@@ -138,6 +147,10 @@ def test_a_trial_is_asked_for_outputs_alone_and_judged_per_prompt(
     _take(state, 0, 5, 1797)  # the baseline's runner-up, 0.1875 nats below its choice
     check, record = _check(url, tmp_path, "t0002")
     assert check.passed, check.reason
+    assert (record["quality_class"], record["deficit"]) == (
+        "equivalent",
+        pytest.approx(0.1875 / 30),
+    )
     assert check.metrics()["quality_near_tie_flips"] == 1.0
     (flip,) = record["diverging"]
     assert flip["verdict"] == "near_tie"
@@ -152,6 +165,7 @@ def test_a_trial_is_asked_for_outputs_alone_and_judged_per_prompt(
     _take(state, 1, 4, 11)  # a token the baseline did not have in its top 5: 13 nats margin
     check, record = _check(url, tmp_path, "t0003")
     assert not check.passed
+    assert record["quality_class"] == "wrong"
     assert check.confident_share == 0.5
     assert [d["verdict"] for d in record["diverging"]] == ["confident", "near_tie"]
     assert record["first_diverging"]["prompt_index"] == 1

@@ -116,15 +116,22 @@ def test_quality_gate_defaults_metrics_and_the_retired_threshold(tmp_path: Path)
     spec = load_spec(write(tmp_path, GOOD + "quality: {}\n"))
     assert spec.quality is not None
     q = spec.quality
-    assert (q.num_prompts, q.tokens, q.margin_nats, q.max_confident_share) == (16, 64, 0.5, 0.0)
+    assert (q.num_prompts, q.tokens, q.margin_nats) == (16, 64, 0.5)
+    assert (q.max_equivalent_deficit, q.min_wrong_deficit, q.allow_lossy) == (0.003, 0.25, False)
     names = spec_metric_names(spec)
-    for name in ("quality_confident_share", "quality_near_tie_flips", "quality_first_divergence"):
+    for name in ("quality_deficit", "quality_lossy", "quality_first_divergence"):
         assert name in names
     with pytest.raises(SpecError) as info:
         load_spec(write(tmp_path, GOOD + "quality: {min_agreement: 0.5}\n"))
-    message = str(info.value)
-    assert "use margin_nats (default 0.5; 0 demands identical outputs)" in message
-    assert "max_confident_share (default 0" in message
+    assert "the deficit decides: max_equivalent_deficit, min_wrong_deficit, allow_lossy" in str(
+        info.value
+    )
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, GOOD + "quality: {max_confident_share: 0.1}\n"))
+    assert "max_confident_share (0.1) is retired" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, GOOD + "quality: {min_wrong_deficit: 0.001}\n"))
+    assert "min_wrong_deficit 0.001 must be above max_equivalent_deficit 0.003" in str(info.value)
 
 
 def test_dataset_path_resolved_relative_to_spec(tmp_path: Path) -> None:

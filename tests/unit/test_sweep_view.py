@@ -71,26 +71,40 @@ def test_the_recommendation_of_a_verdict_is_what_to_launch(tmp_path: Path) -> No
     assert (view.pick.trial_id, view.pick.recommended) == ("t0000", True)
 
 
-def test_the_quality_line_counts_verdicts_and_says_why_a_trial_was_wrong(tmp_path: Path) -> None:
+def test_the_quality_line_counts_classes_and_says_why_a_trial_was_wrong(tmp_path: Path) -> None:
     assert SweepView.of(History(_spec(tmp_path), RECORDS)).quality_lines() == []
     spec = graph_spec(tmp_path, quality={"num_prompts": 8, "tokens": 32})
-    same = {"quality_confident_share": 0.0, "quality_near_tie_flips": 0.0}
-    flipped = {"quality_confident_share": 0.0, "quality_near_tie_flips": 3.0}
+    same = {"quality_deficit": 0.0, "quality_first_divergence": 32.0, "quality_lossy": 0.0}
+    flipped = {"quality_deficit": 0.001, "quality_first_divergence": 7.0, "quality_lossy": 0.0}
+    lossy = {"quality_deficit": 0.02, "quality_first_divergence": 2.0, "quality_lossy": 1.0}
     records = [
         rec("t0000", BASE, 80.0, **same),
         rec("t0001", A, 95.0, **same),
         rec("t0002", B, 88.0, **flipped),
         rec("t0003", {"cuda-graph-max-bs": 256}, 90.0),  # finished before the reference
         replace(
-            rec("t0004", A, None, mode=FailureMode.WRONG_OUTPUT, quality_confident_share=1.0),
-            reason="wrong output: 8/8 prompts diverge where ...",
+            rec("t0004", A, None, mode=FailureMode.WRONG_OUTPUT, **lossy),
+            reason="wrong output: lossy (deficit 0.02 nats/token > ...",
+        ),
+        replace(
+            rec("t0005", B, None, mode=FailureMode.WRONG_OUTPUT, quality_deficit=1.9),
+            reason="wrong output: wrong (deficit 1.9 nats/token > ...",
         ),
     ]
     line, why = SweepView.of(History(spec, records)).quality_lines()
     assert line == (
-        "quality gate (8 prompts x 32 tokens; near tie < 0.5 nats; confident share <= 0): "
-        "reference t0000 (the baseline); "
-        "1 identical to the baseline, 1 passed with near-tie flips only, 1 not judged, "
-        "1 wrong_output"
+        "quality gate (8 prompts x 32 tokens; equivalent up to a deficit of 0.003 nats/token, "
+        "lossy rejected): reference t0000 (the baseline); "
+        "1 identical to the baseline, 1 numerically equivalent, 1 not judged, "
+        "2 wrong_output (1 lossy, 1 wrong)"
     )
-    assert why == "  first wrong_output, t0004: 8/8 prompts diverge where ..."
+    assert why == "  first wrong_output, t0004: lossy (deficit 0.02 nats/token > ..."
+    # With allow_lossy, a lossy trial is a candidate, counted as such.
+    kept = graph_spec(tmp_path, quality={"num_prompts": 8, "tokens": 32, "allow_lossy": True})
+    records[4] = replace(records[4], failure_mode=FailureMode.NONE, reason="")
+    (line,) = SweepView.of(History(kept, records[:5])).quality_lines()
+    assert "lossy kept" in line
+    assert (
+        "1 numerically equivalent, 1 lossy, kept as candidates, 1 not judged, 0 wrong_output"
+        in (line)
+    )

@@ -106,12 +106,12 @@ def test_no_trial_meeting_the_constraints_has_no_best(tmp_path: Path) -> None:
     )
 
 
-#: A real gate's reason (issue 51's NGRAM trial): longer than a terminal line.
+#: A real gate's reason (fp8 e4m3 KV cache on an H100, SGLang 0.5.17): longer than a terminal line.
 _WRONG = (
-    "wrong output: 1/16 prompts diverge where the baseline was confident (share 0.0625 > "
-    "quality.max_confident_share 0), 12/16 prompts flipped at a near tie (widest 0.375 < "
-    "quality.margin_nats 0.5 nats), 3 identical; first confident: prompt #11 at token 8: token "
-    "2688 0.5 nats below the baseline's 1070 (top-2 margin 0 nats)"
+    "wrong output: lossy (deficit 0.0075 nats/token > quality.max_equivalent_deficit 0.003): "
+    "0/16 prompts identical, 15 diverge at a near tie, 1 where the baseline was confident, first "
+    "at token 5; set quality.allow_lossy to keep lossy configurations; first confident: prompt "
+    "#14 at token 40: token 768 0.5 nats below the baseline's 3920 (top-2 margin 0.5 nats)"
 )
 
 
@@ -119,12 +119,12 @@ def test_the_quality_gate_line_keeps_a_wrong_trials_whole_reason_wrapped_at_word
     tmp_path: Path,
 ) -> None:
     spec = make_spec(tmp_path, quality={"num_prompts": 16, "tokens": 64})
-    same = {"quality_confident_share": 0.0, "quality_near_tie_flips": 0.0}
+    same = {"quality_deficit": 0.0, "quality_first_divergence": 64.0, "quality_lossy": 0.0}
     wrong = replace(
         _record("t0001", 256, 95.0, 900.0, 2000),
         failure_mode=FailureMode.WRONG_OUTPUT,
         reason=_WRONG,
-        metrics={"quality_confident_share": 0.0625},
+        metrics={"quality_deficit": 0.0075, "quality_first_divergence": 5.0, "quality_lossy": 1.0},
     )
     records = [replace(RECORDS[0], metrics={**RECORDS[0].metrics, **same}), wrong]
     console = Console(record=True, width=100, color_system=None)
@@ -136,7 +136,7 @@ def test_the_quality_gate_line_keeps_a_wrong_trials_whole_reason_wrapped_at_word
     assert "reference t0000 (the baseline); 0 identical" in words
     # whole, every word intact (it was cut at 200 characters: "...3 identical; fi)")
     why = _WRONG.removeprefix("wrong output: ")
-    assert words.endswith(f"1 wrong_output first wrong_output, t0001: {why}")
+    assert words.endswith(f"1 wrong_output (1 lossy, 0 wrong) first wrong_output, t0001: {why}")
     assert all(len(line) <= 100 for line in lines)
     # it booted and was measured: rejected by the gate, not a failed boot
     assert "rejected by the quality gate 50%" in lines[end]
