@@ -154,6 +154,12 @@ class Secrets:
         self.source = str(state.get("source", ""))
         self._values = {}
 
+    def __copy__(self) -> Secrets:
+        return Secrets(self.refs, self._values, self.source)  # a copy in this process keeps them
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Secrets:
+        return self.__copy__()
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Secrets) and other.refs == self.refs
 

@@ -147,6 +147,9 @@ def test_a_loaded_spec_holds_placeholders_and_keeps_the_values_in_its_process(
     copy = spec.model_copy(update={"description": "x"})
     assert secrets_of(copy) is secrets
     assert seal(copy) is copy
+    deep = secrets_of(spec.model_copy(deep=True))  # a copy in this process keeps the values
+    assert deep is not None
+    assert HF in deep.values()
 
 
 def test_pickled_the_spec_carries_names_only_and_a_worker_fills_the_values(
