@@ -37,7 +37,7 @@ from spec_sweep.sim.boot import (
 )
 from spec_sweep.sim.cli import SimOptions, parse_command_line
 from spec_sweep.sim.engine import Engine, GenRequest
-from spec_sweep.sim.greedy import GreedyPath, numerics_key
+from spec_sweep.sim.greedy import GreedyPath, lossy_numerics, numerics_key
 from spec_sweep.sim.logs import SimLog
 from spec_sweep.sim.model import NodePlan, plan_node
 from spec_sweep.sim.perf import PerfModel
@@ -122,6 +122,7 @@ class SimServer:
         self.first_decode_failed = False
         self.served_model_name = options.served_model_name or plan.config.model_path
         self._numerics = numerics_key(options.server_args, os.environ)
+        self._lossy = lossy_numerics(options.server_args)
 
     # -- helpers -------------------------------------------------------------------------------
     def _client(self, request: web.Request) -> str:
@@ -342,6 +343,7 @@ class SimServer:
                 numerics=self._numerics,
                 vocab=self.engine.vocab,
                 corrupt_after=_CORRUPT_AFTER if self.options.corrupt_output else None,
+                lossy=self._lossy,
             )
         return_logprob, top_n, text_in_logprobs = logprobs
         return GenRequest(

@@ -72,12 +72,13 @@ def test_goodput_bisection_finds_the_simulated_saturation_point_within_one_level
     assert all(result.metrics[f"goodput_holds_c{lv['concurrency']}"] in (0.0, 1.0) for lv in probed)
 
 
-def test_the_quality_gate_passes_identical_and_near_tie_outputs_and_fails_a_corrupting_flag(
+def test_the_quality_gate_passes_identical_and_equivalent_outputs_and_fails_lossy_and_wrong(
     tmp_path: Path,
 ) -> None:
     """The baseline again and benign flags give identical outputs, speculative trees flip near
-    ties only (the simulator decides ties below 0.05 nats by the numerics), and a tree whose
-    outputs the simulator corrupts from token 2 is `wrong_output`."""
+    ties only (the simulator decides ties below 0.05 nats by the numerics): equivalent; an fp8
+    KV cache flips wider ties (below 0.5 nats): lossy, `wrong_output` without
+    `quality.allow_lossy`; a tree whose outputs the simulator corrupts from token 2 is wrong."""
     spec = harness.make_spec(
         tmp_path,
         search_space={"include": ["speculative.yaml", "memory.yaml"]},
@@ -86,10 +87,10 @@ def test_the_quality_gate_passes_identical_and_near_tie_outputs_and_fails_a_corr
     trials = tmp_path / "trials"
     corrupt = {"SPEC_SWEEP_SIM_CORRUPT_OUTPUT": "speculative-num-steps=2"}
 
-    def run(trial_id: str, config: dict[str, object]) -> TrialResult:
+    def run(trial_id: str, config: dict[str, object], on: SweepSpec = spec) -> TrialResult:
         return run_trial(
-            spec,
-            resolve_config(spec, config, what="test"),
+            on,
+            resolve_config(on, config, what="test"),
             trial_dir=trials / trial_id / "attempt1",
             trial_id=trial_id,
             simulate=True,
@@ -110,6 +111,8 @@ def test_the_quality_gate_passes_identical_and_near_tie_outputs_and_fails_a_corr
         "quality_confident_share": 0.0,
         "quality_near_tie_flips": 0.0,
         "quality_first_divergence": 32.0,
+        "quality_deficit": 0.0,
+        "quality_lossy": 0.0,
     }
     for trial_id, config in [
         ("t0001", {}),  # the baseline in a second boot
@@ -125,6 +128,8 @@ def test_the_quality_gate_passes_identical_and_near_tie_outputs_and_fails_a_corr
         tree = run(trial_id, {**eagle, "speculative-num-steps": steps})
         assert tree.failure_mode is FailureMode.NONE, tree.reason
         assert tree.metrics["quality_confident_share"] == 0.0
+        assert tree.metrics["quality_lossy"] == 0.0
+        assert tree.metrics["quality_deficit"] <= spec.quality.max_equivalent_deficit  # type: ignore[union-attr]
         flips += int(tree.metrics["quality_near_tie_flips"])
         for flip in record(trial_id)["diverging"]:
             assert flip["verdict"] == "near_tie"
@@ -132,14 +137,24 @@ def test_the_quality_gate_passes_identical_and_near_tie_outputs_and_fails_a_corr
             assert flip["baseline_ids"][: flip["position"]] == flip["trial_ids"][: flip["position"]]
     assert flips >= 1  # other numerics flip some near ties: the gate lets them pass
 
+    node = spec.node.model_copy(
+        update={"server_args": {**spec.node.server_args, "kv-cache-dtype": "fp8_e5m2"}}
+    )
+    fp8 = run("t0006", {}, spec.model_copy(update={"node": node}))
+    assert fp8.failure_mode is FailureMode.WRONG_OUTPUT, fp8.reason
+    assert fp8.metrics["quality_lossy"] == 1.0
+    assert fp8.reason.startswith("wrong output: lossy (deficit ")
+    assert "set quality.allow_lossy to keep lossy configurations" in fp8.reason
+
     bad = run("t0005", {**eagle, "speculative-num-steps": 2, "speculative-num-draft-tokens": 2})
 
     assert bad.failure_mode is FailureMode.WRONG_OUTPUT, bad.reason
     assert bad.metrics["output_throughput"] > 0  # it was measured, and fast
     assert bad.metrics["quality_confident_share"] >= 0.5
     assert bad.metrics["quality_first_divergence"] == 2.0
-    assert bad.reason.startswith("wrong output: ")
-    assert "diverge where the baseline was confident" in bad.reason
+    assert bad.metrics["quality_lossy"] == 0.0
+    assert bad.reason.startswith("wrong output: wrong (deficit ")
+    assert "where the baseline was confident" in bad.reason
     first = record("t0005")["first_diverging"]
     assert (first["verdict"], first["position"]) == ("confident", 2)
     assert first["baseline_ids"][:2] == first["trial_ids"][:2]

@@ -77,3 +77,39 @@ def test_reported_top_logprobs_are_a_distribution_best_first() -> None:
         assert values == sorted(values, reverse=True)
         assert all(lp < 0 for lp in values)
         assert sum(math.exp(lp) for lp in values) <= 1.0 + 1e-9
+
+
+def test_lossy_numerics_flip_wider_ties_and_the_gate_classes_them_lossy_not_wrong() -> None:
+    from spec_sweep.node.divergence import QualityClass, judge_outputs
+    from spec_sweep.sim.greedy import LOSSY_TIE, lossy_numerics
+    from spec_sweep.spec import QualitySpec
+
+    assert lossy_numerics({"kv_cache_dtype": "fp8_e5m2"})
+    assert lossy_numerics({"quantization": "fp8"})
+    assert not lossy_numerics({"kv_cache_dtype": "auto", "speculative_algorithm": "NGRAM"})
+    fp8 = numerics_key({"tp_size": 1, "attention_backend": "triton", "kv_cache_dtype": "fp8"}, {})
+
+    def outputs(numerics: str, **kw: object) -> tuple[list[list[int]], list[list]]:
+        ids, tops = [], []
+        for i in range(16):
+            path = GreedyPath(key=f"q{i}", numerics=numerics, vocab=VOCAB, **kw)  # type: ignore[arg-type]
+            steps = [path.step(5) for _ in range(64)]
+            ids.append([t for t, _ in steps])
+            tops.append([top for _, top in steps])
+        return ids, tops
+
+    base, top = outputs(BASE)
+    q = QualitySpec()
+    widest = 0.0
+    lossy_ids, _ = outputs(fp8, lossy=True)
+    for ref, out, t in zip(base, lossy_ids, top, strict=True):
+        at = _first_difference(ref, out)
+        if at is not None:
+            widest = max(widest, t[at][0][0] - t[at][1][0])
+    assert 0.05 < widest < LOSSY_TIE
+    # As on the real H100: lossless numerics equivalent, lossy ones lossy, a corruption wrong.
+    ngram = judge_outputs(base, top, outputs(NGRAM)[0], quality=q)
+    assert ngram.quality_class in (QualityClass.IDENTICAL, QualityClass.EQUIVALENT)
+    assert judge_outputs(base, top, lossy_ids, quality=q).quality_class is QualityClass.LOSSY
+    bad = judge_outputs(base, top, outputs(BASE, corrupt_after=2)[0], quality=q)
+    assert bad.quality_class is QualityClass.WRONG
