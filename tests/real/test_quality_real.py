@@ -6,8 +6,8 @@ runs the gate as a sweep does, 16 prompts x 64 tokens: the baseline (which recor
 log-probabilities), then the baseline in a fresh boot and benign flags that change kernels (a
 smaller CUDA-graph batch, no custom all-reduce), each judged against it. It writes each one's
 quality metrics to `results/quality-agreement.json` under `$SPEC_SWEEP_REAL_OUT` and asserts what
-must hold for the gate to be usable: every benign configuration is identical or equivalent. It runs on
-real SGLang and a GPU (the `real_sglang` marker of tests/real/conftest.py), on the model
+must hold for the gate to be usable: every benign configuration is identical or equivalent. It
+runs on real SGLang and a GPU (the `real_sglang` marker of tests/real/conftest.py), on the model
 real_harness.py chooses (the real SmolLM2 checkpoint by default; with dummy weights it measures
 kernel determinism only).
 """
