@@ -176,6 +176,44 @@ class SweepView:
         """The summary's line on the output-quality gate (none when the spec has no gate)."""
         return quality_lines(self.spec, self.history.done)
 
+    def lossy_lines(self) -> list[str]:
+        """What the configuration to launch costs in output quality, when it is lossy.
+
+        A lossy trial is a candidate only under `quality.allow_lossy`; when it is the one to
+        launch, this says so beside the speed it buys over the best lossless trial.
+        """
+        picked = self.picked
+        if picked is None or not is_lossy(picked):
+            return []
+        metric = self.spec.objective.metric
+        text = (
+            f"{picked.trial_id} is lossy: its greedy outputs differ from the baseline's beyond "
+            f"numerical noise (deficit {picked.metrics.get('quality_deficit', 0.0):.3g} nats per "
+            "token; kept by quality.allow_lossy)"
+        )
+        lossless = next(
+            (
+                row
+                for row in self.ranked
+                if not is_lossy(row.record) and not row.broken and row.record is not picked
+            ),
+            None,
+        )
+        value = self.history.value(picked)
+        if lossless is None or value is None:
+            return [text + "; no lossless trial was measured within the constraints"]
+        up = self.history.objective.speedup(value, lossless.value)
+        buys = f", so the lossy one buys x{up:.3f}" if up is not None else ""
+        return [
+            text + f"; the best lossless trial is {lossless.record.trial_id} at {metric} = "
+            f"{lossless.value:.4g}{buys}"
+        ]
+
+
+def is_lossy(record: TrialRecord) -> bool:
+    """Whether the quality gate judged a trial's outputs lossy (`quality_lossy`)."""
+    return bool(record.metrics.get("quality_lossy"))
+
 
 def quality_lines(spec: SweepSpec, done: list[TrialRecord]) -> list[str]:
     """The quality gate's classes over a sweep's trials (docs/concepts/quality-gate.md).

@@ -21,7 +21,7 @@ from spec_sweep.core.names import SPEEDUP_METRIC
 from spec_sweep.core.verdict import Verdict
 from spec_sweep.present.adaptive_view import adaptive_lines
 from spec_sweep.present.names import config_summary, shown_value
-from spec_sweep.present.sweep_view import SweepView
+from spec_sweep.present.sweep_view import SweepView, is_lossy
 from spec_sweep.spec import SweepSpec
 
 __all__ = ["SweepSummary", "print_summary"]
@@ -114,7 +114,7 @@ def _ranking(view: SweepView) -> Table:
         up = record.metrics.get(SPEEDUP_METRIC)
         cells = [
             str(row.rank),
-            record.trial_id,
+            record.trial_id + (" (lossy)" if is_lossy(record) else ""),
             shown_value(record.metrics, metric),
             f"x{up:.3f}" if up is not None else "",
             config_summary(record.config, width=70),
@@ -131,8 +131,9 @@ def _pick_lines(view: SweepView) -> list[Text]:
     if pick is None:
         return [Text("\nno trial met the objective's constraints yet")]
     command = Text("  " + view.command(pick.config))
+    lossy = [Text(line, style="yellow") for line in view.lossy_lines()]
     if pick.recommended:
-        return [Text(f"\nrecommended: {pick.trial_id}; launch it with:"), command]
+        return [Text(f"\nrecommended: {pick.trial_id}; launch it with:"), command, *lossy]
     best = view.best
     assert best is not None
     value = view.history.value(best)
@@ -140,7 +141,7 @@ def _pick_lines(view: SweepView) -> list[Text]:
     line = f"\nbest: {best.trial_id} {view.spec.objective.metric} = {value:.4g}"
     if up is not None:
         line += f" (x{up:.3f} over the baseline)"
-    return [Text(line), Text("launch it with:"), command]
+    return [Text(line), Text("launch it with:"), command, *lossy]
 
 
 def _ending(spec: SweepSpec, outcome: SweepSummary, *, finished: int) -> Text | None:

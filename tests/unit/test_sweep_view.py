@@ -108,3 +108,27 @@ def test_the_quality_line_counts_classes_and_says_why_a_trial_was_wrong(tmp_path
         "1 numerically equivalent, 1 lossy, kept as candidates, 1 not judged, 0 wrong_output"
         in (line)
     )
+
+
+def test_a_lossy_pick_says_so_beside_the_speed_it_buys_over_the_best_lossless(
+    tmp_path: Path,
+) -> None:
+    spec = graph_spec(tmp_path, quality={"allow_lossy": True})
+    lossy = {"quality_deficit": 0.0123, "quality_lossy": 1.0, "quality_first_divergence": 3.0}
+    fine = {"quality_deficit": 0.001, "quality_lossy": 0.0, "quality_first_divergence": 9.0}
+    records = [
+        rec("t0000", BASE, 80.0, quality_deficit=0.0, quality_lossy=0.0),
+        rec("t0001", A, 110.0, **lossy),
+        rec("t0002", B, 88.0, **fine),
+    ]
+    view = SweepView.of(History(spec, records))
+    assert view.pick is not None
+    assert view.pick.trial_id == "t0001"
+    assert view.lossy_lines() == [
+        "t0001 is lossy: its greedy outputs differ from the baseline's beyond numerical noise "
+        "(deficit 0.0123 nats per token; kept by quality.allow_lossy); the best lossless trial "
+        "is t0002 at output_throughput = 88, so the lossy one buys x1.250"
+    ]
+    # A lossless pick says nothing more.
+    records[1] = rec("t0001", A, 70.0, **lossy)
+    assert SweepView.of(History(spec, records)).lossy_lines() == []

@@ -30,6 +30,7 @@ from spec_sweep.present.report.analysis import (
     gpu_hours,
 )
 from spec_sweep.present.report.format import at_level, axis_label, excerpt, fmt, unit
+from spec_sweep.present.sweep_view import is_lossy
 
 __all__ = ["render_html"]
 
@@ -174,6 +175,7 @@ def _headline(a: Analysis, parent_run_id: str | None) -> dict[str, Any]:
             "config": json.dumps(a.best.config),
             "command": a.command(a.best),
             "metrics": [(k, fmt(v, 6), unit(k)) for k, v in sorted(a.best.metrics.items())],
+            "lossy": a.view.lossy_lines(),
         }
     return {
         "metric": metric,
@@ -300,7 +302,7 @@ def _top(a: Analysis) -> dict[str, Any]:
             {
                 "cells": [
                     str(row.rank),
-                    record.trial_id,
+                    record.trial_id + (" (lossy)" if is_lossy(record) else ""),
                     fmt(row.value),
                     f"x{up:.3f}" if up is not None else "-",
                     fmt(record.metrics.get(at_level("accept_length", level))),
