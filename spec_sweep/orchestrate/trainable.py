@@ -164,8 +164,8 @@ def _fill_secrets(spec: SweepSpec) -> None:
     if secrets is None or not secrets.missing() or not spec.source:
         return
     try:
-        here = load_spec(spec.source)
-    except (SpecError, OSError):
+        here = load_spec(spec.source, defer_flags=True)  # only its values are read here
+    except (SpecError, OSError, ValueError):
         return
     known = secrets_of(here)
     node, mine = here.node, spec.node
