@@ -27,7 +27,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 PASSWORD = f"trk-pw-{secrets.token_hex(8)}"
 HF = f"hf_{secrets.token_hex(10)}"
 API_KEY = f"sk-{secrets.token_hex(10)}"
-PLANTED = (PASSWORD, HF, API_KEY)
+#: Only in the environment: the spec writes its placeholder (`HUB_TOKEN: <secret: HUB_TOKEN>`).
+HUB = f"hub-{secrets.token_hex(10)}"
+PLANTED = (PASSWORD, HF, API_KEY, HUB)
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,7 +52,7 @@ def secret_spec(project: Path, *, name: str, trials: int) -> Path:
         node={
             "draft_model": DROP,
             "sglang_version": "0.5.17",  # a version with --api-key
-            "env": {"HF_TOKEN": HF},
+            "env": {"HF_TOKEN": HF, "HUB_TOKEN": "<secret: HUB_TOKEN>"},
             "server_args": {"tp-size": 8, "api-key": API_KEY},
         },
         search_space={
@@ -68,6 +70,7 @@ def cli(project: Path, *args: str, credentials: bool) -> subprocess.CompletedPro
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
     env.pop("RAY_ADDRESS", None)
     env["SPEC_SWEEP_PROJECT_DIR"] = str(project)
+    env["HUB_TOKEN"] = HUB  # a local Ray cluster's workers inherit it
     if credentials:
         env.update(MLFLOW_TRACKING_USERNAME=MLFLOW_ADMIN, MLFLOW_TRACKING_PASSWORD=PASSWORD)
     return subprocess.run(
@@ -128,7 +131,8 @@ def test_a_sweep_and_a_manual_trial_record_everything_and_write_no_secret(
     assert searched == ["t0000", "t0001", "t0002"], searched
     assert all(r.info.status == "FINISHED" for r in trials)
     assert len(trials) == 4  # and the manual trial
-    # measured: the simulated node, as SGLang, answers 401 to a request without the API key
+    # measured: the simulated node, as SGLang, answers 401 to a request without the API key,
+    # and a trial whose node lacked HUB_TOKEN would have ended as `environment`
     assert all(r.data.tags.get("failure_mode") == "none" for r in trials)
 
     # The server got the real key (it printed it, redacted in our copy of its log), and the
