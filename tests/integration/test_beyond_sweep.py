@@ -78,6 +78,7 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
     )
     assert quality["passed"] is False
     assert quality["first_diverging"]["verdict"] == "confident"
+    assert quality["quality_class"] == "wrong"
     assert quality["first_diverging"]["baseline_text"] != quality["first_diverging"]["trial_text"]
     assert client.get_run(wrong[0].run_id).data.metrics["quality_confident_share"] > 0
     assert outcome.history.baseline is not None
@@ -90,7 +91,10 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
     assert "Winner per concurrency level" in html
     assert "a full grid of 113 configurations" in html
     assert "per million output tokens" in html
-    assert 'id="quality">quality gate (4 prompts x 8 tokens; near tie &lt; 0.5 nats' in html
+    assert (
+        'id="quality">quality gate (4 prompts x 8 tokens; equivalent up to a deficit of 0.003 '
+        "nats/token, lossy rejected)" in html
+    )
     buffer = io.StringIO()
     print_summary(Console(file=buffer, width=200), outcome)
     text = buffer.getvalue()
