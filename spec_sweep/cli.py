@@ -543,7 +543,8 @@ def _cmd_trial(args: argparse.Namespace) -> int:
 
 def _quality_record(trial_dir: Path) -> dict[str, Any] | None:
     """What the quality gate said of a trial (None: the spec has no gate, or it did not run):
-    whether it was judged, the verdict, its reason, and the reference it was judged against."""
+    whether it was judged, the verdict, its class and deficit, its reason, and the reference it
+    was judged against."""
     from spec_sweep.node.quality import QUALITY_NAME
 
     try:
@@ -552,7 +553,8 @@ def _quality_record(trial_dir: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict):
         return None
-    return {key: data.get(key) for key in ("judged", "passed", "reason", "reference")}
+    keys = ("judged", "passed", "quality_class", "deficit", "reason", "reference")
+    return {key: data.get(key) for key in keys}
 
 
 def _print_quality(record: dict[str, Any] | None) -> None:

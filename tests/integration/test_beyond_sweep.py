@@ -119,4 +119,6 @@ def test_corrupting_speculative_trials_end_wrong_output_and_cost_and_loads_are_r
         assert manual["failure_mode"] == mode, manual["reason"]
         assert manual["quality"]["judged"] is True, manual["quality"]
         assert manual["quality"]["reference"] == str(reference / "quality.json")
+        expected = "wrong" if mode == "wrong_output" else "identical"
+        assert manual["quality"]["quality_class"] == expected, manual["quality"]
         assert Path(manual["trial_dir"]).parent == reference.parents[2] / "manual"

@@ -35,6 +35,8 @@ _UNITS = {
     "usd_per_million_tokens": "$ per million output tokens",
     "goodput_concurrency": "requests in flight within the SLA",
     "goodput_throughput": "tok/s within the SLA",
+    "quality_deficit": "nats per token the baseline loses on the trial's first different tokens",
+    "quality_lossy": "1: outputs judged lossy (a candidate only with quality.allow_lossy)",
     "quality_agreement": "mean common prefix of greedy tokens with the baseline's / N",
     "quality_confident_share": "share of prompts diverging where the baseline was confident",
     "quality_near_tie_flips": "prompts whose first difference is a near-tie flip",
