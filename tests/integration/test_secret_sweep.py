@@ -116,6 +116,12 @@ def test_a_sweep_and_a_manual_trial_record_everything_and_write_no_secret(
         credentials=True,
     )
     assert trial.returncode == 0, trial.stdout[-3000:] + trial.stderr[-3000:]
+    export = tmp_path / "export" / "trials.csv"
+    exported = cli(
+        tmp_path, *("export", str(spec), "-o", str(export), "--tracking-uri", uri), credentials=True
+    )
+    assert exported.returncode == 0, exported.stdout[-3000:] + exported.stderr[-3000:]
+    assert len(export.read_text().splitlines()) == 1 + 3  # a header and the three trials
 
     # Every trial is recorded, in the authenticated server.
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", MLFLOW_ADMIN)
@@ -150,7 +156,7 @@ def test_a_sweep_and_a_manual_trial_record_everything_and_write_no_secret(
     spec_file = spec.resolve()
     roots = [p for p in tmp_path.iterdir() if p.resolve() != spec_file]  # the spec is the user's
     leaks = files_holding([*roots, server.root], PLANTED)
-    leaks += [f"output: {s}" for s in PLANTED for out in (swept, trial) if s in out.stdout]
-    leaks += [f"errors: {s}" for s in PLANTED for out in (swept, trial) if s in out.stderr]
+    printed = (swept, trial, exported)
+    leaks += [f"output: {s}" for s in PLANTED for out in printed if s in out.stdout + out.stderr]
     assert not leaks, leaks
     assert HF in spec_file.read_text()  # the values were planted where a user writes them
