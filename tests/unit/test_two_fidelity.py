@@ -1,0 +1,275 @@
+"""The two-fidelity groundwork: the GPU check's pure parts and the benchmark's strategy.
+
+`scripts/real_fidelity.py`: its configurations (both OOM ends, a rejected tree, plain, NGRAM and
+EAGLE-3 chains and trees, graph batch and memory fraction), the dummy and real commands, the
+cycle-cost arithmetic, the comparison of made-up records, the dry run and the resume.
+`benchmarks/two_fidelity.py`: trees, the acceptance per tree, and one sweep of the strategy on a
+landscape (every recommendation measured with real weights).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+rf = _load(ROOT / "scripts" / "real_fidelity.py", "real_fidelity")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+tf = _load(ROOT / "benchmarks" / "two_fidelity.py", "two_fidelity")
+
+DRAFT = Path("/m/smollm2-135m-eagle3")
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/real_fidelity.py: configurations and commands
+
+
+def test_configurations_span_what_the_check_needs() -> None:
+    configs = rf.configurations("0.5.17", DRAFT)
+    assert len(configs) >= 20
+    assert len({c.name for c in configs}) == len(configs)
+    whys = {c.why for c in configs}
+    assert {"oom-low", "oom-high", "rejected", "plain", "graph", "memory"} <= whys
+    assert {"ngram", "chain", "tree"} <= whys
+    trees = {c.tree for c in configs if c.tree is not None}
+    assert ("EAGLE3", 3, 1, 4) in trees
+    assert ("NGRAM", 8) in trees
+    assert any(t[0] == "EAGLE3" and t[2] > 1 for t in trees)  # a real tree, not only chains
+    # the same tree at other system knobs: its acceptance can come from another configuration
+    same = [c for c in configs if c.tree == ("EAGLE3", 3, 1, 4)]
+    assert len(same) >= 2
+
+
+def test_flag_names_follow_the_version() -> None:
+    new = " ".join(" ".join(c.flags) for c in rf.configurations("0.5.17", DRAFT))
+    old = " ".join(" ".join(c.flags) for c in rf.configurations("0.5.13", DRAFT))
+    assert "--cuda-graph-max-bs-decode" in new
+    assert "--cuda-graph-max-bs-decode" not in old
+    assert "--cuda-graph-max-bs " in old + " "
+    assert "--cuda-graph-backend-prefill" in rf.common_flags("0.5.17", Path("/m/x"))
+    assert "--disable-piecewise-cuda-graph" in rf.common_flags("0.5.13", Path("/m/x"))
+
+
+def test_dummy_commands_load_no_weights_and_real_ones_do() -> None:
+    by = {c.name: c for c in rf.configurations("0.5.17", DRAFT)}
+    kw: dict[str, Any] = {"version": "0.5.17", "model": Path("/m/x"), "python": "py", "port": 30}
+    eagle_dummy = rf.command(by["eagle3-s3-k1-d4"], "dummy", **kw)
+    assert eagle_dummy[:3] == ["py", "-m", "sglang.launch_server"]
+    assert eagle_dummy[eagle_dummy.index("--load-format") + 1] == "dummy"
+    draft_flag = eagle_dummy.index("--speculative-draft-load-format")
+    assert eagle_dummy[draft_flag + 1] == "dummy"
+    plain_dummy = rf.command(by["plain"], "dummy", **kw)
+    assert "--load-format" in plain_dummy
+    assert "--speculative-draft-load-format" not in plain_dummy
+    ngram_dummy = rf.command(by["ngram-d8"], "dummy", **kw)
+    assert "--speculative-draft-load-format" not in ngram_dummy  # NGRAM has no draft model
+    real = rf.command(by["eagle3-s3-k1-d4"], "real", **kw)
+    assert "--load-format" not in real
+    assert "--speculative-draft-load-format" not in real
+    assert real[real.index("--port") + 1] == "30"
+    assert real[real.index("--nccl-port") + 1] == "37"
+    with pytest.raises(ValueError, match="fidelity 'fake'"):
+        rf.command(by["plain"], "fake", **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The arithmetic
+
+
+def test_cycle_cost_and_prediction_are_inverse() -> None:
+    # 1 request at 100 tok/s accepting 2 tokens a cycle: 50 cycles a second, 20 ms each
+    assert rf.cycle_cost(100.0, 1, 2.0) == pytest.approx(0.02)
+    # 8 requests at 800 tok/s without speculation: 100 tok/s each, 10 ms a step
+    assert rf.cycle_cost(800.0, 8, 1.0) == pytest.approx(0.01)
+    assert rf.predicted_throughput(2.0, 0.02, 1) == pytest.approx(100.0)
+    assert rf.predicted_throughput(3.0, 0.01, 8) == pytest.approx(2400.0)
+    with pytest.raises(ValueError, match="must be > 0"):
+        rf.cycle_cost(0.0, 1, 2.0)
+
+
+def _rec(
+    name: str,
+    fidelity: str,
+    mode: str = "none",
+    *,
+    tree: list[Any] | None = None,
+    c1: float | None = None,
+    accept: float | None = None,
+) -> dict[str, Any]:
+    metrics: dict[str, float] = {}
+    if c1 is not None:
+        metrics["output_throughput_c1"] = c1
+    if accept is not None:
+        metrics["accept_length_c1"] = accept
+    return {
+        "name": name,
+        "fidelity": fidelity,
+        "failure_mode": mode,
+        "tree": tree,
+        "metrics": metrics,
+    }
+
+
+def test_compare_counts_agreement_and_names_disagreements() -> None:
+    records = [
+        _rec("oom-low", "real", "oom"),
+        _rec("oom-low", "dummy", "oom"),
+        _rec("oom-high", "real", "oom"),
+        _rec("oom-high", "dummy", "none", c1=500.0),
+        _rec("rejected", "real", "invalid_args"),
+        _rec("rejected", "dummy", "invalid_args"),
+        _rec("lonely", "real", "crash"),  # no dummy boot yet: not compared
+    ]
+    summary = rf.compare(records)
+    assert summary["configurations"] == 3
+    assert summary["failure_modes"]["oom"] == {"configurations": 2, "agree": 1}
+    assert summary["failure_modes"]["invalid_args"] == {"configurations": 1, "agree": 1}
+    assert summary["disagreements"] == [{"name": "oom-high", "real": "oom", "dummy": "none"}]
+    lines = rf.summary_lines(summary)
+    assert any("DISAGREE oom-high" in line for line in lines)
+
+
+def test_compare_cycle_error_and_prediction_from_the_same_tree() -> None:
+    tree = ["EAGLE3", 3, 1, 4]
+    records = [
+        # plain: dummy 10% faster than real -> cycle 1/1.1 - 1
+        _rec("plain", "real", c1=500.0),
+        _rec("plain", "dummy", c1=550.0),
+        # the chain at two memory fractions: real accept 2.0 and 2.2; dummy accepts ~1
+        _rec("chain", "real", tree=tree, c1=400.0, accept=2.0),
+        _rec("chain", "dummy", tree=tree, c1=200.0, accept=1.0),
+        _rec("chain-m90", "real", tree=tree, c1=440.0, accept=2.2),
+        _rec("chain-m90", "dummy", tree=tree, c1=200.0, accept=1.0),
+    ]
+    summary = rf.compare(records)
+    cyc = summary["cycle"]["c1"]["per_configuration"]
+    assert cyc["plain"] == pytest.approx(500.0 / 550.0 - 1.0, abs=1e-4)
+    # chain: real cycle 2.0/400 = 5 ms, dummy 1.0/200 = 5 ms: no error
+    assert cyc["chain"] == pytest.approx(0.0, abs=1e-4)
+    pred = summary["predicted"]["c1"]
+    # the chain's acceptance comes from chain-m90 (2.2): 2.2 / 5 ms = 440 against 400 real
+    assert pred["per_configuration"]["chain"] == pytest.approx(0.1, abs=1e-4)
+    assert pred["per_configuration"]["chain-m90"] == pytest.approx(2.0 / 2.2 - 1.0, abs=1e-4)
+    assert pred["acceptance_from"]["chain"] == "same tree, other knobs"
+    assert pred["acceptance_from"]["plain"] == "plain"
+    assert pred["max_abs"] == pytest.approx(0.1, abs=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+
+
+def test_dry_run_prints_every_command_and_boots_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "f"
+    assert rf.main(["--out", str(out), "--dry-run", "--python", "py"]) == 0
+    text = capsys.readouterr().out
+    count = len(rf.configurations("0.5.17", DRAFT))
+    assert text.count("py -m sglang.launch_server") == 2 * count
+    assert text.count("--load-format dummy") == count
+    assert not out.exists()
+
+
+def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        rf.main(["--out", str(tmp_path), "--only", "nope", "--dry-run"])
+    assert exc.value.code == 2
+    assert "--only nope: unknown" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        rf.main(["--out", str(tmp_path), "--prompts", "0"])
+    assert exc.value.code == 2
+
+
+def test_recorded_boots_are_skipped_and_summarized(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for fidelity, c1 in (("dummy", 550.0), ("real", 500.0)):
+        record = _rec("plain", fidelity, c1=c1)
+        (tmp_path / f"plain.{fidelity}.json").write_text(json.dumps(record))
+    assert rf.main(["--out", str(tmp_path), "--only", "plain"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("recorded, skipped") == 2
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["configurations"] == 1
+    assert summary["failure_modes"] == {"none": {"configurations": 1, "agree": 1}}
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks/two_fidelity.py
+
+
+def test_tree_of_rewrites_chains_and_keys_ngram() -> None:
+    assert tf.tree_of({"speculative-algorithm": None}) is None
+    chain = {
+        "speculative-algorithm": "EAGLE3",
+        "speculative-num-steps": 3,
+        "speculative-eagle-topk": 1,
+        "speculative-num-draft-tokens": 8,
+    }
+    assert tf.tree_of(chain) == ("EAGLE3", 3, 1, 4)  # top-k 1 runs steps + 1 draft tokens
+    assert tf.tree_of({**chain, "speculative-eagle-topk": 2}) == ("EAGLE3", 3, 2, 8)
+    ngram = {"speculative-algorithm": "NGRAM", "speculative-num-draft-tokens": 8}
+    assert tf.tree_of(ngram) == ("NGRAM", 8)
+
+
+def test_acceptance_measured_then_predicted() -> None:
+    acc = tf.Acceptance()
+    assert acc.length(("EAGLE3", 3, 1, 4)) == 1.0  # nothing measured: no gain assumed
+    assert acc.length(("NGRAM", 4)) == 1.0
+    acc.add(("EAGLE3", 3, 1, 4), 2.0)
+    acc.add(("EAGLE3", 3, 1, 4), 2.2)
+    acc.add(("EAGLE3", 1, 1, 2), 1.6)
+    acc.add(("NGRAM", 8), 1.5)
+    assert acc.length(("EAGLE3", 3, 1, 4)) == pytest.approx(2.1)
+    assert acc.length(("NGRAM", 4)) == pytest.approx(1.5)  # the measured NGRAM mean
+    deeper = acc.length(("EAGLE3", 5, 1, 6))
+    assert 2.1 < deeper < 6.0  # the fitted law: a longer chain accepts more, never above its depth
+
+
+def test_two_fidelity_recommends_a_really_measured_configuration(tmp_path: Path) -> None:
+    node = tf.nh.family_nodes("a", [100], tmp_path)[0]
+    outcome = tf.run_two_fidelity(node, tf.TwoFidelity(), seed=100, noise=0.02)
+    fidelity = [r.tags.get(tf.TAG_FIDELITY) for r in outcome.records]
+    dummies = [r for r, f in zip(outcome.records, fidelity, strict=True) if f == "dummy"]
+    reals = [r for r, f in zip(outcome.records, fidelity, strict=True) if f != "dummy"]
+    assert dummies
+    assert reals
+    assert outcome.trials == 40
+    # dummy boots load no weights: each is shorter than any real boot of a working configuration
+    ok = [r.elapsed_s for r in reals if r.failure_mode is tf.FailureMode.NONE]
+    assert max(r.elapsed_s for r in dummies) < min(ok)
+    # the recommendation's true value is that of a configuration booted with real weights
+    truths = {node.table.true_value(r.config) for r in reals}
+    assert outcome.truth in truths
+    today = tf.nh.run_sweep(node, tf.nh.TODAY, seed=100, noise=0.02)
+    assert outcome.hours < today.hours
+
+
+def test_benchmark_prints_the_table_and_the_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tf.main(["--families", "a", "--seeds", "100", "--no-real", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "| two fidelities | " in text
+    assert "| today's defaults | " in text
+    assert "the line (>= 9 of 10 seeds" in text
+    with pytest.raises(SystemExit) as exc:
+        tf.main(["--promote", "-1"])
+    assert exc.value.code == 2
