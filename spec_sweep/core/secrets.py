@@ -51,6 +51,7 @@ __all__ = [
     "seal",
     "secret_values",
     "secrets_of",
+    "take_credentials",
     "tracking_secrets",
 ]
 
@@ -237,10 +238,15 @@ def _spec_refs(spec: SweepSpec) -> list[tuple[SecretRef, Any]]:
 def seal(spec: SweepSpec) -> SweepSpec:
     """The spec with each secret replaced by its placeholder, the values attached in-process.
 
-    A spec already sealed is returned as it is; one without secrets gets an empty `Secrets`.
+    A user and password in `tracking.uri` leave it for MLflow's `MLFLOW_TRACKING_USERNAME` /
+    `MLFLOW_TRACKING_PASSWORD` of this process (`take_credentials`). A spec already sealed is
+    returned as it is; one without secrets gets an empty `Secrets`.
     """
     if secrets_of(spec) is not None:
         return spec
+    if spec.tracking.uri:
+        tracking = spec.tracking.model_copy(update={"uri": take_credentials(spec.tracking.uri)})
+        spec = spec.model_copy(update={"tracking": tracking})
     # A value written as its own placeholder (`HF_TOKEN: <secret: HF_TOKEN>`) is a secret
     # whose value only the trial node's environment holds.
     refs = [r for r, v in _spec_refs(spec) if not _hidden(str(v)) or str(v) == r.placeholder]
@@ -354,6 +360,18 @@ def redact_env(env: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str,
         )
         for name, value in env.items()
     }
+
+
+def take_credentials(uri: str) -> str:
+    """A tracking URI without the user and password of its userinfo, which become this
+    process's `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD` (MLflow's own, which a
+    local Ray cluster inherits): the URI is written to state.json and shipped to Ray."""
+    bare, user, password = bare_uri(uri)
+    if user:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = user
+    if password:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = password
+    return bare
 
 
 def bare_uri(uri: str) -> tuple[str, str | None, str | None]:

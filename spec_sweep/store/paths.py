@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from spec_sweep.core.secrets import bare_uri
+from spec_sweep.core.secrets import take_credentials
 from spec_sweep.errors import SpecError
 from spec_sweep.spec import SweepSpec
 
@@ -161,18 +161,6 @@ _CREDENTIALS = (
 )
 
 
-def _take_credentials(uri: str) -> str:
-    """A tracking URI without the user and password of its userinfo, which go to MLflow's
-    `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD` of this process instead (a local
-    Ray cluster inherits them): the URI is written to state.json and shipped to Ray."""
-    bare, user, password = bare_uri(uri)
-    if user:
-        os.environ["MLFLOW_TRACKING_USERNAME"] = user
-    if password:
-        os.environ["MLFLOW_TRACKING_PASSWORD"] = password
-    return bare
-
-
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -245,7 +233,7 @@ def resolve_tracking_uri(
             nothing answers, or one that refuses our credentials or has none to ask for them
             (`_check_access`).
     """
-    uri = _take_credentials(check_tracking_uri(spec, override, source=source))
+    uri = take_credentials(check_tracking_uri(spec, override, source=source))
     field = source or _field(spec, override)
     _probe_server(uri, field=field)
     _check_access(uri, spec, field=field, allow_insecure=allow_insecure)

@@ -8,6 +8,7 @@ back only into the command that launches the server.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -241,3 +242,16 @@ def test_a_state_folder_from_before_sealing_resumes_and_loses_the_values(tmp_pat
     again = open_state(spec, state_dir=tmp_path / "state", fresh=False, simulate=True)
     again.close()
     assert HF not in path.read_text()
+
+
+def test_credentials_in_the_specs_tracking_uri_leave_the_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "")  # restored after the test
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "")
+    spec = make_spec(tmp_path, tracking={"uri": "http://carol:trk-pw-1234@head:5000"})
+    assert spec.tracking.uri == "http://head:5000"
+    assert b"trk-pw-1234" not in pickle.dumps(spec)
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "carol"
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "trk-pw-1234"
+    assert "trk-pw-1234" in secret_values(spec)  # and redacted wherever this process writes
