@@ -286,7 +286,7 @@ def cli_page(parser: argparse.ArgumentParser) -> str:
     for name, sub, help_text in _subcommands(parser):
         heading = f"## `{prog} {name}` {{#{_anchor(name)}}}"
         lines += [heading, "", _capital(_one_line(help_text)) + ".", ""]
-        lines += ["```text", f"{prog} {name} {_synopsis(sub)}", "```", ""]
+        lines += ["```text", _wrap(f"{prog} {name}", _synopsis(sub)), "```", ""]
         lines += ["| Argument | Default | Description |", "|---|---|---|"]
         for action in sub._actions:  # argparse has no public accessor for its arguments
             if isinstance(action, argparse._HelpAction):
@@ -303,7 +303,8 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, Any, str]]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps = {a.dest: a.help or "" for a in action._choices_actions}
-            return [(n, p, helps.get(n, "")) for n, p in sorted(action.choices.items())]
+            # in the order the parser defines them: run first
+            return [(n, p, helps.get(n, "")) for n, p in action.choices.items()]
     return []
 
 
@@ -315,7 +316,18 @@ def _spelling(action: argparse.Action) -> str:
     return ", ".join(f"{o} {metavar}" if takes else o for o in action.option_strings)
 
 
-def _synopsis(sub: argparse.ArgumentParser) -> str:
+def _wrap(command: str, parts: list[str], width: int = 88) -> str:
+    """A usage line folded as argparse folds it: continuation lines under the first argument."""
+    lines, line = [], command
+    for part in parts:
+        if len(line) + 1 + len(part) > width and line.strip() != command:
+            lines.append(line)
+            line = " " * len(command)
+        line += " " + part
+    return "\n".join([*lines, line])
+
+
+def _synopsis(sub: argparse.ArgumentParser) -> list[str]:
     parts: list[str] = []
     for action in sub._actions:
         if isinstance(action, argparse._HelpAction):
@@ -327,7 +339,7 @@ def _synopsis(sub: argparse.ArgumentParser) -> str:
         if optional:
             text = f"[{text}]"
         parts.append(text)
-    return " ".join(parts)
+    return parts
 
 
 def _arg_default(action: argparse.Action) -> str:
