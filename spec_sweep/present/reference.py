@@ -390,7 +390,13 @@ def names_page() -> str:
     ]
     for name, value, doc in _documented(spec_metrics, (tuple,)):
         if name == "INTERVAL_METRICS":
-            continue
+            continue  # shown by their names, INTERVAL_NAMES
+        if name == "INTERVAL_NAMES":
+            doc = (
+                "The low and high ends of the 95% within-boot interval of "
+                + " and ".join(f"`{m}`" for m in spec_metrics.INTERVAL_METRICS)
+                + " (per level, like them)."
+            )
         shown = ", ".join(f"`{v}`" for v in value)
         lines.append(f"| {shown} | {_cell(doc)} |")
     lines += [
@@ -399,10 +405,10 @@ def names_page() -> str:
         "",
     ]
     for heading, rows in _names_sections():
-        lines += [f"## {heading} {{#{_anchor(heading)}}}", "", "| Name | Value | Meaning |"]
+        lines += [f"## {heading} {{#{_anchor(heading)}}}", "", "| Name | In the code | Meaning |"]
         lines.append("|---|---|---|")
         for constant, value, doc in rows:
-            lines.append(f"| `{constant}` | {value} | {_cell(doc)} |")
+            lines.append(f"| {value} | `{constant}` | {_cell(doc)} |")
         lines.append("")
     return "\n".join(lines)
 
