@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness import wait_until
+
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.node.classify import classify
 from spec_sweep.node.command import ServerCommand
@@ -84,3 +86,44 @@ def test_a_failed_sglang_process_ends_the_wait_before_the_server_exits(tmp_path:
     assert outcome.mode is FailureMode.CRASH
     assert "a server process failed before ready ('Scheduler hit an exception')" in outcome.reason
     assert "The expanded size of the tensor (4) must match the existing size (6)" in outcome.reason
+
+
+def test_a_server_launched_with_secrets_gets_them_and_its_log_and_record_do_not(
+    tmp_path: Path,
+) -> None:
+    # The server prints its own arguments and environment, as SGLang prints its ServerArgs.
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "token = os.environ['HF_TOKEN']\n"
+        "print(f'server_args=ServerArgs(api_key={sys.argv[2]!r}) token={token}')\n"
+        "sys.stdout.flush()\ntime.sleep(120)\n"
+    )
+    shown = ServerCommand(
+        (sys.executable, str(script), "--api-key", "<secret: api-key>"),
+        {"HF_TOKEN": "<secret: HF_TOKEN>"},
+    )
+    resolved = ServerCommand(
+        (sys.executable, str(script), "--api-key", "sk-launch-value"),
+        {"HF_TOKEN": "hf_launch_value"},
+    )
+    log = tmp_path / "server.log"
+    server = launch_server(
+        shown,
+        log_path=log,
+        port=free_port(),
+        record_dir=tmp_path,
+        resolved=resolved,
+        hide=["sk-launch-value", "hf_launch_value"],
+    )
+    try:
+        assert wait_until(lambda: "token=" in log.read_text(), timeout=30)
+        assert server.headers == {"Authorization": "Bearer sk-launch-value"}
+        record = (tmp_path / "server.json").read_text()
+        assert "<secret: api-key>" in record
+        assert "sk-launch-value" not in record
+    finally:
+        server.stop(grace_s=1.0)
+    text = log.read_text()
+    assert "server_args=ServerArgs(api_key='***') token=***" in text  # it got both values
+    assert "launch_value" not in text
