@@ -96,6 +96,7 @@ _ALGO = "speculative-algorithm"
 _STEPS = "speculative-num-steps"
 _TOPK = "speculative-eagle-topk"
 _DRAFT = "speculative-num-draft-tokens"
+_HEAD = "speculative-draft-model-path"
 
 Tree = tuple[Any, ...]
 
@@ -105,8 +106,9 @@ Tree = tuple[Any, ...]
 
 
 def tree_of(config: Mapping[str, Any]) -> Tree | None:
-    """What a configuration's acceptance depends on: the algorithm and the tree's shape (None
-    without speculative decoding). Top-k 1 runs `steps + 1` draft tokens whatever was asked."""
+    """What a configuration's acceptance depends on: `(algorithm, draft model, steps, top-k,
+    draft tokens)` (`("NGRAM", draft tokens)`; None without speculative decoding). Top-k 1 runs
+    `steps + 1` draft tokens whatever was asked."""
     algo = config.get(_ALGO)
     if algo is None:
         return None
@@ -114,7 +116,7 @@ def tree_of(config: Mapping[str, Any]) -> Tree | None:
         return ("NGRAM", int(config.get(_DRAFT) or 0))
     steps, topk = int(config[_STEPS]), int(config[_TOPK])
     draft = steps + 1 if topk == 1 else int(config[_DRAFT])
-    return (str(algo), steps, topk, draft)
+    return (str(algo), str(config.get(_HEAD) or ""), steps, topk, draft)
 
 
 class Acceptance:
@@ -122,31 +124,35 @@ class Acceptance:
 
     def __init__(self) -> None:
         self.measured: dict[Tree, list[float]] = {}
-        self._model: SpecModel | None = None
+        self._models: dict[tuple[Any, ...], SpecModel] = {}
 
     def add(self, tree: Tree, accept: float) -> None:
         """One real boot's accept length of `tree`."""
         self.measured.setdefault(tree, []).append(accept)
-        self._model = None
+        self._models.clear()
 
     def known(self, tree: Tree) -> bool:
         return tree in self.measured
 
     def length(self, tree: Tree) -> float:
-        """The measured mean, else the EAGLE law fitted on the measured EAGLE trees (the NGRAM
-        mean for NGRAM; 1.0, no gain, where nothing of that algorithm was measured)."""
+        """The measured mean, else the EAGLE law (`search.spec_model`) fitted on the measured
+        trees of the same draft model (of any draft model while that one has none); the NGRAM
+        mean for NGRAM; 1.0 (no gain) where nothing of that algorithm was measured."""
         if tree in self.measured:
             return statistics.fmean(self.measured[tree])
         if tree[0] == "NGRAM":
             ngram = [statistics.fmean(v) for t, v in self.measured.items() if t[0] == "NGRAM"]
             return statistics.fmean(ngram) if ngram else 1.0
-        eagle = [(t, statistics.fmean(v)) for t, v in self.measured.items() if t[0] != "NGRAM"]
-        if not eagle:
+        eagle = {t: statistics.fmean(v) for t, v in self.measured.items() if t[0] != "NGRAM"}
+        same = {t: a for t, a in eagle.items() if t[:2] == tree[:2]}
+        group = tree[:2] if same else ("*",)
+        chosen = same or eagle
+        if not chosen:
             return 1.0
-        if self._model is None:
-            obs = [TreeObservation(t[1], t[2], t[3], 1.0, a) for t, a in eagle]
-            self._model = SpecModel(obs)
-        return self._model.length(tree[1], tree[2], tree[3])
+        if group not in self._models:
+            obs = [TreeObservation(t[2], t[3], t[4], 1.0, a) for t, a in chosen.items()]
+            self._models[group] = SpecModel(obs)
+        return self._models[group].length(tree[2], tree[3], tree[4])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,6 +212,8 @@ class TwoFidelity:
 
     label: str = "two fidelities"
     accept_boots: int = 4
+    accept_cap: int = 10
+    accept_margin: float = 0.9
     promote: int = 3
     dummy_alloc_s: float = 5.0
     dummy_measure_s: float = 60.0
@@ -217,6 +225,20 @@ def _error(seed: int, key: str, sd: float) -> float:
     if sd <= 0:
         return 1.0
     return math.exp(random.Random(f"{seed}/{key}/cycle").gauss(0.0, sd))
+
+
+def _needs_acceptance(
+    tree: Tree | None, guess: float, best: float, acceptance: Acceptance, settings: TwoFidelity
+) -> bool:
+    """Whether a tree whose dummy boot came up gets a real boot for its acceptance: the first
+    `accept_boots` trees, then (up to `accept_cap` trees) those whose predicted throughput
+    with the fitted law's acceptance is within `accept_margin` of the best predicted so far."""
+    if tree is None or acceptance.known(tree):
+        return False
+    count = len(acceptance.measured)
+    if count < settings.accept_boots:
+        return True
+    return count < settings.accept_cap and guess >= settings.accept_margin * best
 
 
 def run_two_fidelity(
@@ -249,6 +271,7 @@ def run_two_fidelity(
     dummies: list[TrialRecord] = []
     reals: list[TrialRecord] = []
     cycles: dict[str, tuple[float, Tree | None]] = {}  # trial id -> (dummy cycle, tree)
+    best = 0.0  # the best predicted throughput so far
     for i in range(spec.budget.trials):
         proposal = searcher.suggest(f"tune{i}")
         if proposal is None:
@@ -270,11 +293,10 @@ def run_two_fidelity(
             cycle = cycle_cost(record.metrics[metric], level, true_accept)
             cycle *= _error(seed, proposal.trial_id, settings.cycle_error)
             cycles[proposal.trial_id] = (cycle, tree)
-            if (
-                tree is not None
-                and not acceptance.known(tree)
-                and len(acceptance.measured) < settings.accept_boots
-            ):
+            guess = predicted_throughput(
+                acceptance.length(tree) if tree is not None else 1.0, cycle, level
+            )
+            if _needs_acceptance(tree, guess, best, acceptance, settings):
                 measured = real.measure(proposal.trial_id, config)
                 measured.tags[TAG_FIDELITY] = "real (acceptance)"
                 reals.append(measured)
@@ -282,6 +304,7 @@ def run_two_fidelity(
                     acceptance.add(tree, measured.metrics[accept_key])
             accept = acceptance.length(tree) if tree is not None else 1.0
             value = predicted_throughput(accept, cycle, level)
+            best = max(best, value)
             record.metrics[metric] = value
             for side in ("_ci_low", "_ci_high"):
                 record.metrics.pop(metric + side, None)
@@ -456,6 +479,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="5 seeds per family, 3 on the real")
     parser.add_argument("--noise", type=float, default=0.02, help="run-to-run sd per boot")
     parser.add_argument("--accept-boots", type=int, default=4, help="trees booted for acceptance")
+    parser.add_argument(
+        "--accept-cap", type=int, default=10, help="trees booted for acceptance, at most"
+    )
+    parser.add_argument(
+        "--accept-margin",
+        type=float,
+        default=0.9,
+        help="after --accept-boots, a tree within this share of the best predicted is measured",
+    )
+    parser.add_argument("--trials", type=int, default=40, help="search trials (dummy boots)")
     parser.add_argument("--promote", type=int, default=3, help="top predicted booted for real")
     parser.add_argument(
         "--dummy-alloc", type=float, default=5.0, help="s to allocate dummy weights"
@@ -467,7 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cycle-error", type=float, default=0.03, help="dummy cycle log-sd")
     parser.add_argument("--quiet", action="store_true", help="no line per seed")
     args = parser.parse_args(argv)
-    for name in ("accept_boots", "promote"):
+    if args.trials < 1:
+        parser.error(f"--trials {args.trials}: give 1 or more")
+    for name in ("accept_boots", "accept_cap", "promote"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: give 0 or more")
     for name in ("dummy_alloc", "dummy_measure", "cycle_error", "noise"):
@@ -485,9 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds, real_seeds = list(seeds)[:5], min(real_seeds, 3)
     two = TwoFidelity(
         accept_boots=args.accept_boots,
+        accept_cap=max(args.accept_cap, args.accept_boots),
+        accept_margin=args.accept_margin,
         promote=args.promote,
         dummy_alloc_s=args.dummy_alloc,
         dummy_measure_s=args.dummy_measure,
+        budget={**nh.NEW.budget, "trials": args.trials},
         cycle_error=args.cycle_error,
     )
     strategies = [nh.TODAY, nh.NEW, two]
@@ -520,7 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for text in verdicts:
         print(f"  {text}")
     print(
-        f"\nsettings: accept boots {two.accept_boots}, promote {two.promote}, dummy allocation "
+        f"\nsettings: accept boots {two.accept_boots} (at most {two.accept_cap}, margin "
+        f"{two.accept_margin}), trials {args.trials}, promote {two.promote}, dummy allocation "
         f"{two.dummy_alloc_s} s, dummy measuring {two.dummy_measure_s} s, "
         f"cycle error {two.cycle_error}, noise {args.noise}; "
         f"{time.monotonic() - t0:.0f} s"

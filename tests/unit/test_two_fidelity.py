@@ -217,32 +217,57 @@ def test_recorded_boots_are_skipped_and_summarized(
 # benchmarks/two_fidelity.py
 
 
-def test_tree_of_rewrites_chains_and_keys_ngram() -> None:
+def test_tree_of_rewrites_chains_and_keys_the_draft_model() -> None:
     assert tf.tree_of({"speculative-algorithm": None}) is None
     chain = {
         "speculative-algorithm": "EAGLE3",
+        "speculative-draft-model-path": "head-a",
         "speculative-num-steps": 3,
         "speculative-eagle-topk": 1,
         "speculative-num-draft-tokens": 8,
     }
-    assert tf.tree_of(chain) == ("EAGLE3", 3, 1, 4)  # top-k 1 runs steps + 1 draft tokens
-    assert tf.tree_of({**chain, "speculative-eagle-topk": 2}) == ("EAGLE3", 3, 2, 8)
+    # top-k 1 runs steps + 1 draft tokens; acceptance is per (tree, draft model)
+    assert tf.tree_of(chain) == ("EAGLE3", "head-a", 3, 1, 4)
+    assert tf.tree_of({**chain, "speculative-eagle-topk": 2}) == ("EAGLE3", "head-a", 3, 2, 8)
+    other = {**chain, "speculative-draft-model-path": "head-b"}
+    assert tf.tree_of(other) != tf.tree_of(chain)
     ngram = {"speculative-algorithm": "NGRAM", "speculative-num-draft-tokens": 8}
     assert tf.tree_of(ngram) == ("NGRAM", 8)
 
 
-def test_acceptance_measured_then_predicted() -> None:
+def test_acceptance_measured_then_predicted_per_draft_model() -> None:
     acc = tf.Acceptance()
-    assert acc.length(("EAGLE3", 3, 1, 4)) == 1.0  # nothing measured: no gain assumed
+    assert acc.length(("EAGLE3", "a", 3, 1, 4)) == 1.0  # nothing measured: no gain assumed
     assert acc.length(("NGRAM", 4)) == 1.0
-    acc.add(("EAGLE3", 3, 1, 4), 2.0)
-    acc.add(("EAGLE3", 3, 1, 4), 2.2)
-    acc.add(("EAGLE3", 1, 1, 2), 1.6)
+    acc.add(("EAGLE3", "a", 3, 1, 4), 2.0)
+    acc.add(("EAGLE3", "a", 3, 1, 4), 2.2)
+    acc.add(("EAGLE3", "a", 1, 1, 2), 1.6)
     acc.add(("NGRAM", 8), 1.5)
-    assert acc.length(("EAGLE3", 3, 1, 4)) == pytest.approx(2.1)
+    assert acc.length(("EAGLE3", "a", 3, 1, 4)) == pytest.approx(2.1)
     assert acc.length(("NGRAM", 4)) == pytest.approx(1.5)  # the measured NGRAM mean
-    deeper = acc.length(("EAGLE3", 5, 1, 6))
+    deeper = acc.length(("EAGLE3", "a", 5, 1, 6))
     assert 2.1 < deeper < 6.0  # the fitted law: a longer chain accepts more, never above its depth
+    # head b has no measurement yet: head a's law stands in; once measured, b's own law
+    borrowed = acc.length(("EAGLE3", "b", 5, 1, 6))
+    assert borrowed == pytest.approx(deeper)
+    acc.add(("EAGLE3", "b", 3, 1, 4), 1.3)
+    acc.add(("EAGLE3", "b", 1, 1, 2), 1.2)
+    assert acc.length(("EAGLE3", "b", 5, 1, 6)) < deeper
+
+
+def test_acceptance_boots_go_first_then_to_promising_trees() -> None:
+    settings = tf.TwoFidelity(accept_boots=1, accept_cap=2, accept_margin=0.9)
+    acc = tf.Acceptance()
+    tree = ("EAGLE3", "a", 3, 1, 4)
+    assert not tf._needs_acceptance(None, 100.0, 100.0, acc, settings)  # plain: nothing to learn
+    assert tf._needs_acceptance(tree, 1.0, 100.0, acc, settings)  # the first tree, whatever
+    acc.add(tree, 2.0)
+    assert not tf._needs_acceptance(tree, 100.0, 100.0, acc, settings)  # known
+    other = ("EAGLE3", "a", 5, 1, 6)
+    assert not tf._needs_acceptance(other, 80.0, 100.0, acc, settings)  # not promising
+    assert tf._needs_acceptance(other, 95.0, 100.0, acc, settings)  # within the margin
+    acc.add(other, 2.5)
+    assert not tf._needs_acceptance(("EAGLE3", "a", 2, 1, 3), 99.0, 100.0, acc, settings)  # cap
 
 
 def test_two_fidelity_recommends_a_really_measured_configuration(tmp_path: Path) -> None:
