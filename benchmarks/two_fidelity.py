@@ -296,7 +296,7 @@ def run_two_fidelity(
             guess = predicted_throughput(
                 acceptance.length(tree) if tree is not None else 1.0, cycle, level
             )
-            if _needs_acceptance(tree, guess, best, acceptance, settings):
+            if tree is not None and _needs_acceptance(tree, guess, best, acceptance, settings):
                 measured = real.measure(proposal.trial_id, config)
                 measured.tags[TAG_FIDELITY] = "real (acceptance)"
                 reals.append(measured)
