@@ -463,6 +463,34 @@ def load_records(out: Path) -> list[dict[str, Any]]:
     ]
 
 
+def _boot_all(chosen: Sequence[Config], args: argparse.Namespace) -> None:
+    """Boot every (configuration, fidelity) not recorded in `--out` yet, one at a time."""
+    t0 = time.monotonic()
+    boots = [(c, f) for c in chosen for f in args.fidelities]
+    for config, fidelity in boots:
+        path = args.out / f"{config.name}.{fidelity}.json"
+        if path.exists():
+            print(f"{config.name} {fidelity}: recorded, skipped", flush=True)
+            continue
+        if args.stop_after_s is not None and time.monotonic() - t0 > args.stop_after_s:
+            print(
+                f"--stop-after-s {args.stop_after_s:g} reached: resume with the same command",
+                flush=True,
+            )
+            break
+        record = boot_and_measure(
+            config, fidelity, args, args.out / f"{config.name}.{fidelity}.log"
+        )
+        path.write_text(json.dumps(record, indent=1))
+        c1 = record["metrics"].get("output_throughput_c1")
+        print(
+            f"[{time.monotonic() - t0:6.0f}s] {config.name} {fidelity}: "
+            f"{record['failure_mode']} boot {record['boot_s']} c1 "
+            f"{'-' if c1 is None else round(c1, 1)} cycle {record['cycle_s']}",
+            flush=True,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`real_fidelity.py --out DIR [--version V] [--only NAME ...] [--dry-run] [--summary]`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -477,6 +505,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--boot-timeout-s", type=float, default=480.0)
     parser.add_argument("--first-port", type=int, default=PORT)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument(
+        "--stop-after-s",
+        type=float,
+        help="start no boot after this many seconds (a call's time limit: resume next call)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, boot nothing")
     parser.add_argument("--summary", action="store_true", help="compare what --out holds only")
     args = parser.parse_args(argv)
@@ -508,24 +541,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summary:
-        t0 = time.monotonic()
-        for config in chosen:
-            for fidelity in args.fidelities:
-                path = args.out / f"{config.name}.{fidelity}.json"
-                if path.exists():
-                    print(f"{config.name} {fidelity}: recorded, skipped", flush=True)
-                    continue
-                record = boot_and_measure(
-                    config, fidelity, args, args.out / f"{config.name}.{fidelity}.log"
-                )
-                path.write_text(json.dumps(record, indent=1))
-                c1 = record["metrics"].get("output_throughput_c1")
-                print(
-                    f"[{time.monotonic() - t0:6.0f}s] {config.name} {fidelity}: "
-                    f"{record['failure_mode']} boot {record['boot_s']} c1 "
-                    f"{'-' if c1 is None else round(c1, 1)} cycle {record['cycle_s']}",
-                    flush=True,
-                )
+        # a time limit's SIGTERM unwinds through boot_and_measure's `finally`: no orphaned server
+        previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        try:
+            _boot_all(chosen, args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     summary = compare(load_records(args.out))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print("\n".join(summary_lines(summary)))
