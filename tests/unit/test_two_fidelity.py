@@ -298,3 +298,24 @@ def test_benchmark_prints_the_table_and_the_line(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exc:
         tf.main(["--promote", "-1"])
     assert exc.value.code == 2
+
+
+def test_a_boot_that_fails_is_recorded_with_its_class(tmp_path: Path) -> None:
+    """A stand-in for `python -m sglang.launch_server` (a real process) that prints SGLang's
+    low-end refusal and exits: the record carries the classifier's `oom`, no metrics."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "echo 'RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.'\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    args = ["--out", str(out), "--only", "oom-low", "--fidelities", "dummy"]
+    assert rf.main([*args, "--python", str(fake), "--boot-timeout-s", "30"]) == 0
+    record = json.loads((out / "oom-low.dummy.json").read_text())
+    assert record["failure_mode"] == "oom"
+    assert record["boot_s"] is None
+    assert record["metrics"] == {}
+    assert "--load-format" in record["command"]
+    assert (out / "oom-low.dummy.log").read_text().startswith("RuntimeError: Not enough memory")
