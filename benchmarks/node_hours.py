@@ -28,6 +28,9 @@ Strategies:
   baseline's parallel layout boots as its client.
 * **auto_benchmark**: SGLang's `auto_benchmark` tier-2 plan (`search_efficiency.py`), every
   candidate booted once, the best single measurement as the answer, no confirmation.
+* **two fidelities** (`benchmarks/two_fidelity.py`, beside today's and the new defaults): the
+  search on boots that load no weights (`--load-format dummy`), acceptance and the top from
+  real boots; its own script, which reuses this one's boot model, nodes and sweeps.
 * **hand campaign** (`--campaign`, the write-up's node, `benchmarks/grids/pcie.yaml`): the
   configurations the write-up's campaign booted by hand (/work/shared/background, "The Moment
   of Reckoning"), each booted once, the best measured as the answer, against ours on that grid.

@@ -16,15 +16,18 @@ cost and find, beside `node_hours.py`'s strategies run in the same process:
   cost: start-up, distributed init, allocating random weights `--dummy-alloc` seconds, KV pool,
   CUDA graphs, measuring, teardown; a failure stops where SGLang stops, without the weight load).
   A dummy boot yields the failure mode and the cycle cost `accept / (throughput / concurrency)`
-  (`cycle_cost`); the acceptance comes from real boots: the first `--accept-boots` distinct
-  speculative trees (per algorithm and tree shape) whose dummy boot came up are booted again
-  with real weights, which measures their accept length (and their throughput). A tree never
-  booted for real gets its accept length from `search.spec_model.SpecModel` fitted on the
-  really-measured EAGLE trees (an NGRAM draft size from the mean of the measured NGRAM ones).
+  (`real_fidelity.cycle_cost`); the acceptance comes from real boots, per tree and draft model
+  (`tree_of`): the first `--accept-boots` distinct trees whose dummy boot came up are booted
+  again with real weights, which measures their accept length (and their throughput); after
+  that, up to `--accept-cap` trees in all, a tree whose predicted throughput is within
+  `--accept-margin` of the best predicted so far. A tree never booted for real gets its accept
+  length from `search.spec_model.SpecModel` fitted on the really-measured EAGLE trees of the
+  same draft model (of any, while that one has none; an NGRAM size from the measured NGRAM ones).
   The searcher is told the predicted throughput `concurrency x accept / cycle`
-  (`predicted_throughput`). After the search, the top `--promote` configurations by predicted
-  throughput are booted with real weights, then `core.confirm.plan` and `core.verdict` run on
-  the real boots only: the recommendation is always a configuration measured with real weights.
+  (`real_fidelity.predicted_throughput`). After the search, the top `--promote` configurations
+  by predicted throughput are booted with real weights, then `core.confirm.plan` and
+  `core.verdict` run on the real boots only: the recommendation is always a configuration
+  measured with real weights.
 
 The truths are the landscapes' tables (family A `landscapes.py`, family B
 `landscapes_specbundle.py`, test seeds 100-139) and the real replay table
@@ -42,8 +45,12 @@ counting, with <= 0.5x the node-hours today's defaults spend to their own answer
 seeds, and the median of the per-seed ratios, both printed).
 
 Run: `.venv/bin/python benchmarks/two_fidelity.py` (both families' 40 test seeds and 10 seeds on
-the real table); `--quick` (5 seeds per family, 3 on the real table) for a smoke run;
-`--families a`, `--seeds 100-109`, `--real-seeds 0`, `--no-real`.
+the real table, about 6 minutes on the 2-core development machine); `--quick` (5 seeds per
+family, 3 on the real table, under a minute) for a smoke run; `--family tuning` for the seeds
+the settings were chosen on; `--families a`, `--seeds 100-109`, `--real-seeds 3`, `--no-real`;
+the strategy's settings: `--trials`, `--accept-boots`, `--accept-cap`, `--accept-margin`,
+`--promote`, `--dummy-alloc`, `--dummy-measure`, `--cycle-error`. Results:
+docs/evidence/two-fidelity.md.
 """
 
 from __future__ import annotations
