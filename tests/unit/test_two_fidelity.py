@@ -319,3 +319,31 @@ def test_a_boot_that_fails_is_recorded_with_its_class(tmp_path: Path) -> None:
     assert record["metrics"] == {}
     assert "--load-format" in record["command"]
     assert (out / "oom-low.dummy.log").read_text().startswith("RuntimeError: Not enough memory")
+
+
+def test_sigterm_stops_the_server_before_the_script_exits(tmp_path: Path) -> None:
+    """A time limit's SIGTERM to the script (a real process) stops the server it started (a
+    stand-in that never gets ready and records its pid)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file = tmp_path / "server.pid"
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    argv = [sys.executable, str(ROOT / "scripts" / "real_fidelity.py"), "--out", str(tmp_path)]
+    argv += ["--only", "plain", "--fidelities", "dummy", "--python", str(fake)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists()
+    time.sleep(0.5)
+    server = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=40) == 143
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)
+    assert not (tmp_path / "plain.dummy.json").exists()  # an unfinished boot is not recorded
