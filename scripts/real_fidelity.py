@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -56,6 +57,8 @@ HOST = "127.0.0.1"
 PORT = 23000
 FIDELITIES = ("dummy", "real")
 LEVELS = (1, 8)
+#: The per-level metrics a record keeps.
+_KEPT = re.compile(r"^(output_throughput|accept_length|itl_p50_ms|ttft_p50_ms)_c\d+$")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,11 +449,7 @@ def boot_and_measure(
         "boot_s": ready_s,
         "boot_phases": phases.seconds,
         "boot_phases_source": phases.source,
-        "metrics": {
-            k: v
-            for k, v in metrics.items()
-            if k.startswith(("output_throughput_c", "accept_length_c", "itl_p50", "ttft_p50"))
-        },
+        "metrics": {k: v for k, v in metrics.items() if _KEPT.match(k)},
         "cycle_s": {f"c{k}": v for k, v in cycles.items()},
         "wall_s": time.monotonic() - started,
     }
