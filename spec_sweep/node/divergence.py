@@ -175,7 +175,7 @@ class QualityCheck:
         return self.remark
 
     def metrics(self) -> dict[str, float]:
-        """The trial's quality metrics (README, "MLflow layout"); none when not judged."""
+        """The trial's quality metrics (docs/mlflow.md); none when not judged."""
         share = self.confident_share
         if share is None:
             return {}

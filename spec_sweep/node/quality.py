@@ -1,26 +1,26 @@
 """The output-quality gate's requests and record: greedy outputs, the baseline's reference.
 
-This module owns how the gate of README "Output quality" runs in a trial: after the benchmark,
-in the same boot, the first `quality.num_prompts` prompts of the builtin set (fixed order, the
-same for every trial, formatted as the workload formats its prompts) are decoded greedily
-(temperature 0, `quality.tokens` new tokens, EOS ignored) in one batch `/generate`. The baseline
-(`t0000`) also asks for the top log-probabilities of every output position (`return_logprob`,
-`top_logprobs_num` 5) and writes outputs and log-probabilities to its folder
+This module owns how the quality gate (docs/concepts/quality-gate.md) runs in a trial: after the
+benchmark, in the same boot, the first `quality.num_prompts` prompts of the builtin set (fixed
+order, the same for every trial, formatted as the workload formats its prompts) are decoded
+greedily (temperature 0, `quality.tokens` new tokens, EOS ignored) in one batch `/generate`. The
+baseline (`t0000`) also asks for the top log-probabilities of every output position
+(`return_logprob`, `top_logprobs_num` 5) and writes outputs and log-probabilities to its folder
 (`<state>/trials/t0000/attempt<N>/quality.json`) as the reference; the other trials ask for the
 outputs alone (a server that cannot return log-probabilities is never judged by that), read the
-newest reference of their sweep's state folder (`baseline_reference`, the one place every path
-that measures a trial finds it, `spec-sweep trial` included), and are judged by
-`node.divergence`'s rule; each writes its verdict per prompt and every diverging prompt with
-both continuations to its own `quality.json`. A trial that finishes before the reference exists
-is not judged (its reason says so).
+newest reference of their sweep's state folder (`baseline_reference`, the one place every path that
+measures a trial finds it, `spec-sweep trial` included), and are judged by `node.divergence`'s
+rule; each writes its verdict per prompt and every diverging prompt with both continuations to its
+own `quality.json`. A trial that finishes before the reference exists is not judged (its reason
+says so).
 
-Asking for log-probabilities could change the baseline's kernels only by rounding, which can
-flip a near tie, which the rule excuses (on a real 0.5.17 server the plain and the
-log-probability answers of one prompt were identical). A flipped prompt is not re-anchored
-(asking the trial's server to continue from the baseline's prefix through the flip): the
-simulated node keys a greedy path by the prompt as sent, so an extended prompt is another path
-there; on real SGLang it would need the prompts' token ids (they are sent as text, and the
-product has no tokenizer), and the continuation would be prefilled, not decoded: other numerics
+Asking for log-probabilities could change the baseline's kernels only by rounding, which can flip a
+near tie, which costs the deficit nothing at an exact tie and little near one (on a real 0.5.17
+server the plain and the log-probability answers of one prompt were identical). A flipped prompt is
+not re-anchored (asking the trial's server to continue from the baseline's prefix through the
+flip): the simulated node keys a greedy path by the prompt as sent, so an extended prompt is
+another path there; on real SGLang it would need the prompts' token ids (they are sent as text, and
+the product has no tokenizer), and the continuation would be prefilled, not decoded: other numerics
 than those being judged.
 """
 

@@ -121,7 +121,8 @@ def test_a_grid_skips_the_trees_sglang_rejects_or_rewrites_into_one_that_ran(
 ) -> None:
     """The real table's grid (sweeps/real_table_smollm2.yaml): 108 points, of which SGLang
     rejects (1, 2, 4), (1, 2, 8), (1, 4, 8) and (2, 2, 8) (more draft tokens than scored
-    candidates: the real 0.5.17 crash "selected index k out of range" of the real table's pilot rows),
+    candidates: the real 0.5.17 crash "selected index k out of range" of the real table's pilot
+    rows),
     0.5.17 crashes on (5, 2, 4) and (5, 4, 4) at the first request (4 draft tokens < 5 + 1: the
     real table's t0025), and rewrites (s, 1, 8) into (s, 1, 4) (draft tokens = steps + 1): 68
     configurations boot."""
