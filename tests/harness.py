@@ -295,20 +295,43 @@ class AuthMlflowServer:
         return self._uri
 
     def stop(self) -> None:
-        """Stop its process group (SIGKILL after 1 s: uvicorn takes long on SIGTERM)."""
-        import contextlib
-        import os
-        import signal
-        import subprocess
+        """Stop its process group (`stop_process_group`)."""
+        stop_process_group(self.proc)
 
+
+def stop_process_group(proc: Any, *, grace_s: float = 1.0) -> None:
+    """SIGTERM a process group, SIGKILL it after `grace_s`, and reap the leader.
+
+    `mlflow server` and its uvicorn worker take more than 5 s to exit on SIGTERM (the SIGKILL
+    always ended it); 1 s is enough for a server that does exit on it.
+    """
+    import contextlib
+    import os
+    import signal
+    import subprocess
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def load_script(path: Path, name: str) -> Any:
+    """Import a script or benchmark file (not a package module) as module `name`."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def files_holding(roots: Collection[Path], needles: Collection[str]) -> list[str]:

@@ -46,6 +46,7 @@ from harness import (
     files_holding,
     free_port,
     ray_port_args,
+    stop_process_group,
     wait_until,
     write_spec,
 )
@@ -281,16 +282,7 @@ class MlflowServer:
             return False
 
     def stop(self) -> None:
-        # `mlflow server` and its uvicorn worker take more than 5 s to exit on SIGTERM (the
-        # SIGKILL below always ended it); 1 s is enough for a server that does exit on it.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        stop_process_group(self.proc)
 
 
 @contextlib.contextmanager

@@ -8,35 +8,24 @@ first divergence) and `tests/real/real_harness.py`'s `render_spec` (every render
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
+from harness import load_script
 
 from spec_sweep.spec_load import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-mrm = _load(ROOT / "scripts" / "make_real_model.py", "make_real_model")
-rq = _load(ROOT / "scripts" / "real_quality.py", "real_quality")
+mrm = load_script(ROOT / "scripts" / "make_real_model.py", "make_real_model")
+rq = load_script(ROOT / "scripts" / "real_quality.py", "real_quality")
 sys.path.insert(0, str(ROOT / "tests" / "real"))
-harness = _load(ROOT / "tests" / "real" / "real_harness.py", "real_harness_for_unit")
+harness = load_script(ROOT / "tests" / "real" / "real_harness.py", "real_harness_for_unit")
 
 
 def _llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:

@@ -9,31 +9,20 @@ landscape (every recommendation measured with real weights).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from harness import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-rf = _load(ROOT / "scripts" / "real_fidelity.py", "real_fidelity")
+rf = load_script(ROOT / "scripts" / "real_fidelity.py", "real_fidelity")
 sys.path.insert(0, str(ROOT / "benchmarks"))
-tf = _load(ROOT / "benchmarks" / "two_fidelity.py", "two_fidelity")
+tf = load_script(ROOT / "benchmarks" / "two_fidelity.py", "two_fidelity")
 
 DRAFT = Path("/m/smollm2-135m-eagle3")
 
