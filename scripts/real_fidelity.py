@@ -158,8 +158,12 @@ def configurations(version: str, draft: Path) -> list[Config]:
         # too much: nothing left for activations and the graphs' memory
         plain("oom-high", "oom-high", graph=512, mem=0.995),
         plain("oom-high-2", "oom-high", mem=0.999),
-        eagle(1, 2, 4, "rejected"),  # SGLang rejects top-k > 1 with one step
-        eagle(5, 2, 4, "crash"),  # 0.5.17 boots it, then its verify fails at the first request
+        # a tree SGLang cannot build: 0.5.17 takes the flags, then capturing the draft graphs
+        # fails ("selected index k out of range"; the sweep's `rejected` trees)
+        eagle(1, 2, 4, "rejected"),
+        # fewer draft tokens than steps + 1 with top-k > 1: 0.5.17's first verify fails
+        # compacting the accepted path, before the server is ready
+        eagle(5, 2, 4, "crash"),
         ngram(4),
         ngram(8),
         ngram(8, graph=16),
@@ -298,8 +302,84 @@ def compare(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "failure_modes": dict(sorted(modes.items())),
         "disagreements": disagreements,
         "cycle": cycle,
+        "by_algorithm": _by_algorithm(pairs, trees),
         "predicted": predicted,
+        "anchored": _anchored(pairs, trees),
     }
+
+
+def _served(fid: Mapping[str, Mapping[str, Any]], level: int) -> tuple[float, float] | None:
+    """(dummy, real) output throughput at `level` of a configuration both fidelities served."""
+    if fid["real"]["failure_mode"] != "none" or fid["dummy"]["failure_mode"] != "none":
+        return None
+    key = f"output_throughput_c{level}"
+    dummy, real = fid["dummy"].get("metrics", {}).get(key), fid["real"].get("metrics", {}).get(key)
+    return (float(dummy), float(real)) if dummy and real else None
+
+
+def _algorithm(tree: tuple[Any, ...] | None) -> str:
+    return "plain" if tree is None else str(tree[0])
+
+
+def _by_algorithm(
+    pairs: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    trees: Mapping[str, tuple[Any, ...] | None],
+) -> dict[str, Any]:
+    """Per algorithm and level: the dummy cycle over the real one (its bias; the real cycle grows
+    with the tokens a cycle accepts, a dummy draft accepts none) and both accept lengths."""
+    out: dict[str, Any] = {}
+    for level in LEVELS:
+        groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for name, fid in pairs.items():
+            if _served(fid, level) is None:
+                continue
+            dummy_cycle = _cycles(fid["dummy"]).get(level)
+            real_cycle = _cycles(fid["real"]).get(level)
+            if dummy_cycle is None or real_cycle is None:
+                continue
+            group = groups[_algorithm(trees[name])]
+            group["ratio"].append(dummy_cycle / real_cycle)
+            for fidelity in FIDELITIES:
+                accept = fid[fidelity].get("metrics", {}).get(f"accept_length_c{level}") or 1.0
+                group[f"accept_{fidelity}"].append(float(accept))
+        out[f"c{level}"] = {
+            algo: {
+                "n": len(g["ratio"]),
+                "cycle_ratio_median": statistics.median(g["ratio"]),
+                "cycle_ratio_min": min(g["ratio"]),
+                "cycle_ratio_max": max(g["ratio"]),
+                "accept_dummy_median": statistics.median(g["accept_dummy"]),
+                "accept_real_median": statistics.median(g["accept_real"]),
+            }
+            for algo, g in sorted(groups.items())
+        }
+    return out
+
+
+def _anchored(
+    pairs: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    trees: Mapping[str, tuple[Any, ...] | None],
+) -> dict[str, Any]:
+    """The prediction anchored on a real boot of the same tree: a configuration's real
+    throughput predicted as an anchor's real throughput times the dummy throughput ratio
+    (configuration over anchor), averaged over the anchors (the other configurations of the
+    same tree, plain decoding included, served at both fidelities). The dummy boots then carry
+    only what the other knobs (graph batch, memory, backends) change, and the acceptance and
+    the per-tree cycle bias come from the real anchor."""
+    out: dict[str, Any] = {}
+    for level in LEVELS:
+        served = {n: v for n, f in pairs.items() if (v := _served(f, level)) is not None}
+        errors: dict[str, float] = {}
+        for name, (dummy, real) in sorted(served.items()):
+            guesses = [
+                anchor_real * dummy / anchor_dummy
+                for other, (anchor_dummy, anchor_real) in served.items()
+                if other != name and trees[other] == trees[name]
+            ]
+            if guesses:
+                errors[name] = statistics.fmean(guesses) / real - 1.0
+        out[f"c{level}"] = _errors(errors)
+    return out
 
 
 def _errors(errors: Mapping[str, float]) -> dict[str, Any]:
@@ -323,8 +403,15 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         )
     for item in summary["disagreements"]:
         lines.append(f"  DISAGREE {item['name']}: real {item['real']}, dummy {item['dummy']}")
-    for part in ("cycle", "predicted"):
-        for level, errs in summary[part].items():
+    for level, algos in summary.get("by_algorithm", {}).items():
+        for algo, g in algos.items():
+            lines.append(
+                f"  {algo} {level}: dummy cycle / real {g['cycle_ratio_median']:.3f} "
+                f"({g['cycle_ratio_min']:.3f}-{g['cycle_ratio_max']:.3f}, {g['n']}), "
+                f"accept dummy {g['accept_dummy_median']:.2f} real {g['accept_real_median']:.2f}"
+            )
+    for part in ("cycle", "predicted", "anchored"):
+        for level, errs in summary.get(part, {}).items():
             if errs.get("n"):
                 lines.append(
                     f"  {part} {level}: |error| median {errs['median_abs']:.1%}, "

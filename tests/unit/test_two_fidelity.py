@@ -162,6 +162,53 @@ def test_compare_cycle_error_and_prediction_from_the_same_tree() -> None:
     assert pred["max_abs"] == pytest.approx(0.1, abs=1e-4)
 
 
+def test_anchored_prediction_and_the_bias_per_algorithm() -> None:
+    tree = ["EAGLE3", 3, 1, 4]
+    records = [
+        # the chain: dummy accepts 1.0, real 2.0; the real cycle is 10% longer than the dummy one
+        _rec("chain", "real", tree=tree, c1=400.0, accept=2.0),
+        _rec("chain", "dummy", tree=tree, c1=220.0, accept=1.0),
+        # the same tree with another graph batch: 5% faster at both fidelities
+        _rec("chain-g16", "real", tree=tree, c1=420.0, accept=2.0),
+        _rec("chain-g16", "dummy", tree=tree, c1=231.0, accept=1.0),
+        # a tree alone: no anchor, no anchored prediction
+        _rec("tree", "real", tree=["EAGLE3", 2, 4, 8], c1=300.0, accept=2.5),
+        _rec("tree", "dummy", tree=["EAGLE3", 2, 4, 8], c1=150.0, accept=1.0),
+        _rec("plain", "real", c1=500.0),
+        _rec("plain", "dummy", c1=500.0),
+    ]
+    summary = rf.compare(records)
+    anchored = summary["anchored"]["c1"]
+    # chain from chain-g16: 420 x 220 / 231 = 400 (exact); and the reverse
+    assert anchored["per_configuration"] == {"chain": 0.0, "chain-g16": 0.0}
+    eagle = summary["by_algorithm"]["c1"]["EAGLE3"]
+    assert eagle["n"] == 3
+    # chain: dummy cycle 1/220 against real 2/400 -> 0.909; tree: 1/150 against 2.5/300 -> 0.8
+    assert eagle["cycle_ratio_min"] == pytest.approx(0.8, abs=1e-6)
+    assert eagle["cycle_ratio_max"] == pytest.approx(400 / 440, abs=1e-6)
+    assert eagle["accept_dummy_median"] == 1.0
+    assert eagle["accept_real_median"] == 2.0
+    assert summary["by_algorithm"]["c1"]["plain"]["cycle_ratio_median"] == 1.0
+    lines = rf.summary_lines(summary)
+    assert any(line.startswith("  EAGLE3 c1: dummy cycle / real 0.909") for line in lines)
+    assert any(line.startswith("  anchored c1: |error| median 0.0%") for line in lines)
+
+
+def test_the_recorded_gpu_check_reads_as_the_docs_say() -> None:
+    """The H100 records (benchmarks/real/fidelity-0.5.17) give the figures on the evidence page."""
+    records = rf.load_records(ROOT / "benchmarks" / "real" / "fidelity-0.5.17")
+    summary = rf.compare(records)
+    assert summary["configurations"] >= 13
+    assert summary["disagreements"] == []
+    assert summary["failure_modes"]["oom"]["agree"] == 2
+    c1 = summary["by_algorithm"]["c1"]
+    assert abs(c1["plain"]["cycle_ratio_median"] - 1.0) < 0.011
+    assert c1["EAGLE3"]["accept_dummy_median"] == 1.0
+    assert 0.9 < c1["EAGLE3"]["cycle_ratio_median"] < 0.95  # a dummy EAGLE-3 cycle is shorter
+    assert c1["NGRAM"]["accept_dummy_median"] > 7.5  # random text repeats: NGRAM accepts ~all
+    assert summary["anchored"]["c1"]["max_abs"] < 0.025
+
+
 # ---------------------------------------------------------------------------------------------
 # The command line
 
