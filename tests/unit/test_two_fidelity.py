@@ -271,6 +271,31 @@ def test_tree_of_rewrites_chains_and_keys_the_draft_model() -> None:
     assert tf.tree_of(ngram) == ("NGRAM", 8)
 
 
+def test_dummy_cycle_bias_and_its_correction_from_real_boots() -> None:
+    chain = ("EAGLE3", "head", 3, 1, 4)
+    other = ("EAGLE3", "head", 2, 4, 8)
+    exact = tf.TwoFidelity(cycle_error=0.0, tree_error=0.0)
+    # the measured bias: a dummy EAGLE-3 cycle is shorter, a dummy NGRAM one longer
+    assert tf.dummy_cycle(1.0, chain, exact, seed=0, trial="t1") == tf.DUMMY_BIAS["EAGLE3"]
+    assert tf.dummy_cycle(1.0, ("NGRAM", 8), exact, seed=0, trial="t1") == 1.366
+    assert tf.dummy_cycle(1.0, None, exact, seed=0, trial="t1") == 1.0
+    noisy = tf.TwoFidelity(cycle_error=0.01, tree_error=0.01)
+    a = tf.dummy_cycle(1.0, chain, noisy, seed=0, trial="t1")
+    assert a == tf.dummy_cycle(1.0, chain, noisy, seed=0, trial="t1")  # seeded
+    assert a != tf.dummy_cycle(1.0, chain, noisy, seed=0, trial="t2")
+    acc = tf.Acceptance()
+    assert acc.correction(chain) == 1.0  # nothing measured yet
+    acc.add_cycle(chain, real_cycle=2.0, dummy_cycle=1.0)
+    acc.add_cycle(chain, real_cycle=2.2, dummy_cycle=1.0)
+    assert acc.correction(chain) == pytest.approx(2.1)
+    assert acc.correction(other) == pytest.approx(2.1)  # the algorithm's mean stands in
+    assert acc.correction(("NGRAM", 8)) == 1.0  # another algorithm's does not
+    acc.add(chain, 2.0)
+    # the anchored prediction: accept 2.0 over the dummy cycle corrected to the real one
+    assert tf._predict(chain, 1.0, acc, 1) == pytest.approx(2.0 / 2.1)
+    assert tf._predict(None, 0.5, acc, 8) == pytest.approx(16.0)
+
+
 def test_acceptance_measured_then_predicted_per_draft_model() -> None:
     acc = tf.Acceptance()
     assert acc.length(("EAGLE3", "a", 3, 1, 4)) == 1.0  # nothing measured: no gain assumed
