@@ -7,15 +7,21 @@
 - `wait_until`: the only way tests wait for something (no bare sleeps).
 - `record`: a finished trial record as the store returns it, for the pure tests of the core.
 - `stop_ray_processes`: stop one Ray cluster by its temp dir (never every Ray on the host).
+- `SimProcess`: one simulated SGLang node (`python -m spec_sweep.sim`) as a real process.
 
 Imported as `harness` (tests/ is on the import path); fixtures live in `conftest.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import secrets
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -297,6 +303,82 @@ class AuthMlflowServer:
     def stop(self) -> None:
         """Stop its process group (`stop_process_group`)."""
         stop_process_group(self.proc)
+
+
+#: The line a node (real or simulated) prints once it serves.
+SIM_READY = "The server is fired up and ready to roll!"
+
+
+class SimProcess:
+    """One `python -m spec_sweep.sim` process (its own session) at time scale 0 on a free
+    loopback port, its stderr (the log) and stdout captured under `tmp`."""
+
+    def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
+        # The trial launcher's own port choice: SGLang 0.5.13 (and the simulator emulating it)
+        # rejects a --port whose derived gRPC port (+10000) is above 65535, which a kernel
+        # ephemeral port (32768-60999) can be.
+        from spec_sweep.node.ports import choose_server_port
+
+        self.port = choose_server_port()
+        self.log_path = tmp / f"sim-{self.port}.log"
+        self.out_path = tmp / f"sim-{self.port}.out"
+        environ = dict(os.environ)
+        environ.pop("SPEC_SWEEP_SIM_FAULT", None)
+        environ["SPEC_SWEEP_SIM_TIME_SCALE"] = "0"
+        environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in [str(ROOT), environ.get("PYTHONPATH", "")] if p
+        )
+        environ.update(env or {})
+        cmd = [sys.executable, "-m", "spec_sweep.sim", *args, "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port)]
+        self._err = self.log_path.open("wb")
+        self._out = self.out_path.open("wb")
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._out, stderr=self._err, env=environ, start_new_session=True
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if SIM_READY in self.log():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"exited {self.proc.returncode}:\n{self.log()[-3000:]}")
+            time.sleep(0.02)
+        raise AssertionError(f"not ready after {timeout}s:\n{self.log()[-3000:]}")
+
+    def wait_exit(self, timeout: float = 15.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"still running:\n{self.log()[-3000:]}") from exc
+
+    def wait_for_text(self, text: str, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log():
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"{text!r} not in log:\n{self.log()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._err.close()
+        self._out.close()
 
 
 def stop_process_group(proc: Any, *, grace_s: float = 1.0) -> None:

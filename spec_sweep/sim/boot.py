@@ -2,7 +2,8 @@
 
 This module owns what a booting node prints and when: the resolved ``server_args`` and the
 resolution warnings, per-rank distributed init (NCCL version, custom all-reduce / symmetric
-memory warnings), weight loading, draft loading, KV-cache allocation, CUDA-graph capture (in the
+memory warnings), weight loading (with ``--load-format dummy`` a short allocation of random
+weights instead of a read), draft loading, KV-cache allocation, CUDA-graph capture (in the
 layout of the chosen SGLang flavor), 0.5.13's piecewise (torch.compile) CUDA graph, the runtime
 states of adaptive speculative decoding, the final capacity line and the startup timings. Stage
 durations come from the profile (the simulated node's seconds, which the lines print) and last
@@ -32,9 +33,11 @@ from spec_sweep.sim.procs import WorkerSet
 from spec_sweep.sim.profiles import Profile
 
 __all__ = [
+    "DUMMY_LOAD_GIB_PER_S",
     "GRAPH_PHASES",
     "BootResult",
     "boot_node",
+    "dummy_load_s",
     "emit_scheduler_failure",
     "has_startup_time",
 ]
@@ -44,6 +47,15 @@ _FOREVER = 365 * 24 * 3600.0
 #: 135M checkpoint's 184 tensors on the H200 (SGLang 0.5.17, 2026-12-02; 0.23 s from disk); the
 #: mapping grows with the number of tensors, not their bytes, so a large MoE's is assumed.
 CLIENT_LOAD_S = 5.0
+
+#: GiB per second (per GPU) at which a ``--load-format dummy`` boot allocates and fills its
+#: weights instead of reading them. Measured (SGLang 0.5.17, one H100, SmolLM2-135M, 0.27 GB;
+#: benchmarks/real/fidelity-0.5.17/*.dummy.json): ``load_weight`` 0.084-0.10 s with dummy weights
+#: against 0.125-0.15 s reading them from the page cache, i.e. ~3 GB/s; the same GPU memory is
+#: taken ("mem usage=0.27 GB" in both logs). Most of those 0.08 s are building the model, so the
+#: rate is a conservative (slow) bound for a large model; a dummy load never takes longer than
+#: the profile's real one.
+DUMMY_LOAD_GIB_PER_S = 3.0
 
 #: The phases of ``startup_time["cuda_graph"]``, always all present (``GRAPH_MEMORY_USAGE_KEYS``,
 #: model_executor/graph_memory_usage.py 0.5.17:5-12, same in 0.5.23).
@@ -55,6 +67,17 @@ GRAPH_PHASES = (
     "draft_decode",
     "draft_extend",
 )
+
+
+def dummy_load_s(weights_gib: float, real_s: float) -> float:
+    """Seconds of a ``--load-format dummy`` weight load: random weights allocated on the GPU
+    (:data:`DUMMY_LOAD_GIB_PER_S`), never longer than reading them (``real_s``).
+
+    Args:
+        weights_gib: Weights per GPU.
+        real_s: The profile's seconds to load the real weights.
+    """
+    return min(real_s, weights_gib / DUMMY_LOAD_GIB_PER_S)
 
 
 def has_startup_time(version: str) -> bool:
@@ -297,6 +320,8 @@ async def boot_node(
     # (the time is an assumption until measured; the memory is modelled as a disk boot's).
     client = cfg.weight_cache_mode == "client"
     load_s = CLIENT_LOAD_S if client else boot.load_weights
+    if cfg.dummy_weights and not client:
+        load_s = dummy_load_s(plan.weights_gib, boot.load_weights)
     await _pause(options, load_s)
     if await _fail_at(plan, "load", log=log, workers=workers):
         return None
@@ -318,9 +343,12 @@ async def boot_node(
     )
     result.load_weight_s = load_s
     avail = plan.post_load_avail_gib
-    if plan.spec is not None:
+    if plan.spec is not None and plan.spec.drafts_with_a_model:
+        draft_s = boot.load_draft
+        if cfg.dummy_draft:
+            draft_s = dummy_load_s(plan.draft_weights_gib, boot.load_draft)
         log.ranks(f"Load weight begin. avail mem={avail:.2f} GB", tp)
-        await _pause(options, boot.load_draft)
+        await _pause(options, draft_s)
         if await _fail_at(plan, "draft_load", log=log, workers=workers):
             return None
         avail -= plan.draft_weights_gib
@@ -330,11 +358,11 @@ async def boot_node(
             else profile.model.architecture
         )
         log.ranks(
-            f"Load weight end. elapsed={boot.load_draft:.2f} s, type={arch}, "
+            f"Load weight end. elapsed={draft_s:.2f} s, type={arch}, "
             f"avail mem={avail:.2f} GB, mem usage={plan.draft_weights_gib:.2f} GB.",
             tp,
         )
-        result.load_weight_s += boot.load_draft
+        result.load_weight_s += draft_s
 
     # -- KV cache ------------------------------------------------------------------------------
     await _pause(options, boot.kv_alloc)
@@ -517,7 +545,7 @@ async def _capture(
     if plan.adaptive is not None:
         target_graph -= sum(gib for _, _, gib in plan.adaptive.extra_states)
     draft_graph = 0.0
-    if spec is not None:
+    if spec is not None and spec.drafts_with_a_model:
         draft_graph = (
             profile.memory.draft_graph_per_token_gib
             * plan.graph_max_bs

@@ -385,6 +385,8 @@ def parse_command_line(
         + (("pp-size",) if (flags.int_("pp-size") or 1) > 1 else ()),
         enforce_piecewise=flags.bool_("enforce-piecewise-cuda-graph"),
         weight_cache_mode=str(flags.get("weight-cache-mode") or "off"),
+        load_format=str(flags.get("load-format") or "auto"),
+        draft_load_format=_str_or_none(flags.get("speculative-draft-load-format")),
     )
     server_args = {k: v for k, v in vars(ns).items() if not k.startswith("sim_")}
     corrupt = any(_flag_matches(server_args, item) for item in ns.sim_corrupt_output)
@@ -430,6 +432,10 @@ def _adaptive_request(flags: _Flags) -> AdaptiveRequest:
             return AdaptiveRequest(config_path=str(path), text=handle.read())
     except OSError as exc:
         return AdaptiveRequest(config_path=str(path), open_error=f"{type(exc).__name__}: {exc}")
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _flag_matches(server_args: Mapping[str, Any], item: str) -> bool:

@@ -251,7 +251,7 @@ class Engine:
         request.rng = random.Random(self.perf.plan.config.seed * 1_000_003 + request.index)
         if self.perf.spec is not None:
             request.sampler = self.perf.sampler(request.index, natural=request.natural)
-            deepest = self.perf.spec.steps or 0
+            deepest = self.perf.spec.depths
             if self.adaptive is not None:
                 deepest = max(self.adaptive.policy.candidate_steps)
             request.histogram = [0] * (deepest + 1)

@@ -24,6 +24,10 @@ other way. The rules:
   nats below the baseline's, where lossless configurations took only exact ties and 0.0625-0.25.
 * `--sim-corrupt-output` (a kernel bug): from position `corrupt_after` the path is another
   text whatever the margin, so it usually diverges where the model was confident.
+* Dummy weights (`--load-format dummy`, `dummy`): the model is random, and its greedy text a
+  short loop of tokens (random weights repeat themselves, which is why NGRAM accepts every draft
+  token on them, as measured in benchmarks/real/fidelity-0.5.17/): a function of the prompt,
+  another text than the real model's from the first token, the same on every dummy boot.
 * The log-probabilities the server reports are its own: the token it chose first, the runner-up
   one margin below, then lower ones, as SGLang's `meta_info.output_top_logprobs` lists them.
 """
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DUMMY_LOOP",
     "LOSSY_TIE",
     "MEAN_MARGIN",
     "NEAR_TIE",
@@ -48,6 +53,8 @@ __all__ = [
     "numerics_key",
 ]
 
+#: The longest loop of tokens a model with dummy (random) weights repeats.
+DUMMY_LOOP = 4
 #: Mean margin (nats) between the top two tokens of a greedy position.
 MEAN_MARGIN = 2.0
 #: Below this margin (nats) the configuration's numerics decide which of the two wins.
@@ -115,6 +122,8 @@ class GreedyPath:
         corrupt_after: Position from which a corrupting configuration goes wrong (None: never).
         lossy: The configuration's numerics are lossy (`lossy_numerics`): ties up to
             `LOSSY_TIE` are its own to decide.
+        dummy: The weights are random (`--load-format dummy`): the path is a loop of
+            `DUMMY_LOOP` tokens at most, drawn from the prompt.
     """
 
     key: str
@@ -122,15 +131,29 @@ class GreedyPath:
     vocab: int
     corrupt_after: int | None = None
     lossy: bool = False
+    dummy: bool = False
     position: int = 0
     _rng: random.Random = field(init=False)
+    _loop: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(_seed(self.key))
+        if self.dummy:
+            self._rng = random.Random(_seed(f"dummy:{self.key}"))
+            period = self._rng.randint(1, DUMMY_LOOP)
+            self._loop = [self._rng.randrange(self.vocab) for _ in range(period)]
 
     def step(self, top_n: int) -> tuple[int, list[tuple[float, int]]]:
         """The next token and the server's top `top_n` (logprob, token id), best first."""
         rng = self._rng
+        if self._loop:
+            pos = self.position
+            chosen = self._loop[pos % len(self._loop)]
+            other = (chosen + 1 + rng.randrange(self.vocab - 1)) % self.vocab
+            margin = rng.expovariate(1.0 / MEAN_MARGIN)
+            self.position += 1
+            top = _top(chosen, other, margin, top_n, self.vocab, _seed(f"{self.key}|{pos}"))
+            return chosen, top
         first = rng.randrange(self.vocab)
         second = (first + 1 + rng.randrange(self.vocab - 1)) % self.vocab
         margin = rng.expovariate(1.0 / MEAN_MARGIN)

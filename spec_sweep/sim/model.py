@@ -32,7 +32,13 @@ __all__ = [
 ]
 
 GIB = 1 << 30
-_SPEC_ALGOS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+_SPEC_ALGOS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+#: NGRAM's draft tokens when ``--speculative-num-draft-tokens`` is not given. Assumed (SGLang's
+#: earlier default match window); the real 0.5.17 boots measured give it explicitly.
+NGRAM_DEFAULT_DRAFT_TOKENS = 12
+#: NGRAM's ``speculative_eagle_topk``: ``--speculative-ngram-max-bfs-breadth``, 10 by default
+#: (the real 0.5.17 log's resolved ``server_args``: steps 0, top-k 10).
+NGRAM_TOPK = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,20 @@ class SpecSettings:
     topk: int | None
     draft_tokens: int | None
     draft_model_path: str | None
+
+    @property
+    def drafts_with_a_model(self) -> bool:
+        """A draft model proposes the tokens (NGRAM matches them in the text: no draft model,
+        no draft forward, no draft graphs)."""
+        return self.algorithm.upper() != "NGRAM"
+
+    @property
+    def depths(self) -> int:
+        """Draft tokens a cycle may accept: the steps of a drafting model, NGRAM's draft tokens
+        after the first (a matched continuation)."""
+        if self.drafts_with_a_model:
+            return self.steps or 0
+        return max(0, (self.draft_tokens or 1) - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +127,9 @@ class NodeConfig:
             (``--disable-piecewise-cuda-graph``, ``--enable-torch-compile``, ...).
         enforce_piecewise: ``--enforce-piecewise-cuda-graph`` (skip those conditions).
         weight_cache_mode: ``--weight-cache-mode`` (0.5.17+).
+        load_format: ``--load-format`` (``"dummy"``: random weights, nothing read).
+        draft_load_format: ``--speculative-draft-load-format`` (None: ``load_format``, as in
+            SGLang).
 
     The fields after ``decode_log_interval`` are left out of ``repr``: the noise of a boot is
     seeded by the ``repr`` of its configuration, and adding them must not move the draws of the
@@ -147,6 +170,20 @@ class NodeConfig:
     piecewise_off_flags: tuple[str, ...] = field(default=(), repr=False)
     enforce_piecewise: bool = field(default=False, repr=False)
     weight_cache_mode: str = field(default="off", repr=False)
+    load_format: str = field(default="auto", repr=False)
+    draft_load_format: str | None = field(default=None, repr=False)
+
+    @property
+    def dummy_weights(self) -> bool:
+        """The target's weights are random (``--load-format dummy``)."""
+        return self.load_format == "dummy"
+
+    @property
+    def dummy_draft(self) -> bool:
+        """The draft model's weights are random: ``--speculative-draft-load-format dummy``, or
+        unset with ``--load-format dummy`` (SGLang's draft load format defaults to the
+        target's)."""
+        return (self.draft_load_format or self.load_format) == "dummy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,6 +552,8 @@ def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
         )
     if algo == "NEXTN":
         algo = "EAGLE"
+    if algo == "NGRAM":
+        return _resolve_ngram(plan, spec, rules)
     steps, topk, draft_tokens = spec.steps, spec.topk, spec.draft_tokens
     config: adaptive.AdaptiveConfig | None = None
     if (
@@ -583,6 +622,23 @@ def _resolve_spec(plan: NodePlan, profile: Profile) -> Failure | None:
     plan.spec = SpecSettings(algo, steps, topk, draft_tokens, draft_path)
     if config is not None and rules is not None:
         plan.adaptive = AdaptiveSetup(rules=rules, config=config, initial_steps=steps)
+    return None
+
+
+def _resolve_ngram(
+    plan: NodePlan, spec: SpecSettings, rules: adaptive.AdaptiveRules | None
+) -> Failure | None:
+    """NGRAM as SGLang 0.5.17 resolved it (the real log, benchmarks/real/fidelity-0.5.17/):
+    no draft model, 0 steps, top-k the BFS breadth (10), the draft tokens as given; running
+    requests reset to 48 and mixed chunked prefill off, with their warnings."""
+    cfg = plan.config
+    if rules is not None:
+        _adaptive_kept(plan, rules, algorithm="NGRAM", topk=NGRAM_TOPK)
+    if cfg.max_running_requests is None:
+        plan.main_warnings.append(texts.SPEC_MAX_RUNNING_RESET)
+    plan.main_warnings.append(texts.NGRAM_MIXED_CHUNK_OFF)
+    draft_tokens = spec.draft_tokens or NGRAM_DEFAULT_DRAFT_TOKENS
+    plan.spec = SpecSettings("NGRAM", 0, NGRAM_TOPK, draft_tokens, None)
     return None
 
 
@@ -715,7 +771,7 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
         return plan
     plan.post_load_avail_gib = plan.pre_load_avail_gib - plan.weights_gib
     avail = plan.post_load_avail_gib
-    if spec is not None:
+    if spec is not None and spec.drafts_with_a_model:
         if spec.draft_model_path is None or (
             spec.draft_model_path == config.model_path and not model.builtin_mtp
         ):
@@ -733,7 +789,8 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
 
     # -- KV cache ------------------------------------------------------------------------------
     rest = avail - plan.pre_load_avail_gib * (1.0 - plan.mem_fraction_static)
-    cell = model.kv_bytes_per_token + (profile.draft.kv_bytes_per_token if spec else 0)
+    drafting = spec is not None and spec.drafts_with_a_model
+    cell = model.kv_bytes_per_token + (profile.draft.kv_bytes_per_token if drafting else 0)
     tokens = int(rest * GIB // cell) if rest > 0 else 0
     if rest <= 0 and config.flavor == "new":  # 0.5.14+: the weights exceed the static budget
         message = texts.weights_leave_no_kv_message(
@@ -827,7 +884,7 @@ def plan_node(profile: Profile, config: NodeConfig) -> NodePlan:
             return plan
         avail -= graph
         plan.graph_gib = graph
-    if spec is not None:
+    if spec is not None and spec.drafts_with_a_model:
         # (an adaptive node may start at 0 steps, 0.5.14+: it verifies a trivial input)
         zero_start = plan.adaptive is not None and spec.steps == 0
         failure = None if zero_start else _draft_tree_failure(plan, spec, profile)

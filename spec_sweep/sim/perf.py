@@ -2,8 +2,9 @@
 
 :class:`PerfModel` gives per-step times (decode steps as a function of concurrency and
 CUDA-graph coverage; speculative cycles as draft steps + verify (all-reduce count x
-per-all-reduce latency + compute) + draft extend) and acceptance (per-position rates,
-golden-ratio low-discrepancy sampling in :class:`AcceptSampler`, so short runs converge). Seeded
+per-all-reduce latency + compute) + draft extend, an NGRAM cycle as a trie match + verify) and
+acceptance (per-position rates, golden-ratio low-discrepancy sampling in :class:`AcceptSampler`,
+so short runs converge; fixed by dummy weights, :meth:`PerfModel.dummy_acceptance`). Seeded
 by the profile and the configuration: the same configuration gives the same numbers.
 """
 
@@ -24,6 +25,17 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 _FUSION_TOKEN_LIMIT = 2048
 #: Step-to-step correlation of the within-boot drift (a time constant of ~50 steps).
 _DRIFT_RHO = 0.98
+#: Milliseconds an NGRAM cycle spends matching the text in its n-gram trie (CPU), beyond the
+#: profile's speculative overhead. Calibrated: with SmolLM2-135M on an H100 (SGLang 0.5.17,
+#: benchmarks/real/fidelity-0.5.17/ngram-d8.*) a cycle took 2.49 ms against 1.09 ms for a
+#: plain decode step, whose cost an 8-token verify of that model hardly exceeds: ~1.4 ms of
+#: bookkeeping and matching, ~0.8 ms of it the profiles' `overhead_ms`.
+NGRAM_MATCH_MS = 0.6
+#: P(accept depth d | shallower depths accepted) of NGRAM on natural text, every depth, when the
+#: profile gives no `acceptance.NGRAM`. Calibrated: SmolLM2-135M-Instruct accepted 1.45 tokens a
+#: cycle of 8 draft tokens at concurrency 1 (benchmarks/real/fidelity-0.5.17/ngram-d8.real.json);
+#: 0.31 at each of 7 depths gives 1.45.
+NGRAM_RATE = 0.31
 
 
 def _seed_of(*parts: object) -> int:
@@ -148,6 +160,9 @@ class PerfModel:
         # (not its path, which may be a temporary file's).
         adaptive = plan.config.adaptive
         self._extra: tuple[object, ...] = ("adaptive", adaptive.text) if adaptive else ()
+        # and the load formats: a dummy-weight boot is another boot of the configuration
+        if plan.config.load_format != "auto" or plan.config.draft_load_format is not None:
+            self._extra += ("load", plan.config.load_format, plan.config.draft_load_format)
         rng = random.Random(_seed_of(profile.name, plan.config, "boot", *self._extra))
         sigma = self.perf.noise_boot_sigma
         self.boot_factor = min(1 + 2.5 * sigma, max(1 - 2.5 * sigma, rng.gauss(1.0, sigma)))
@@ -163,13 +178,15 @@ class PerfModel:
                 plan.graph_max_bs / self.perf.graph_ref_bs
             )
         self._graph_penalty_ms = penalty
-        rates = (
-            self.perf.acceptance.get(self.spec.algorithm)
-            or self.perf.acceptance.get("EAGLE3")
-            or next(iter(self.perf.acceptance.values()))
-            if self.spec is not None
-            else ()
-        )
+        rates: list[float] | tuple[float, ...] = ()
+        if self.spec is not None and not self.spec.drafts_with_a_model:
+            rates = self.perf.acceptance.get("NGRAM") or (NGRAM_RATE,)
+        elif self.spec is not None:
+            rates = (
+                self.perf.acceptance.get(self.spec.algorithm)
+                or self.perf.acceptance.get("EAGLE3")
+                or next(iter(self.perf.acceptance.values()))
+            )
         self._rates = tuple(rates)
         self._tails: dict[tuple[int, bool], list[float]] = {}
 
@@ -238,6 +255,9 @@ class PerfModel:
         environ.py 0.5.23:1577).
         """
         tree = self.tree(steps)
+        if not tree.drafts_with_a_model:  # NGRAM: match in the trie, verify; no draft forward
+            total = self.verify_ms(batch) + self.perf.spec_overhead_ms + NGRAM_MATCH_MS
+            return self._graph_adjust(total, batch)
         topk, n_steps = tree.topk or 1, tree.steps or 0
         per_req = self.perf.draft_per_req_ms * (batch - 1)
         extend = (
@@ -285,7 +305,7 @@ class PerfModel:
         """Time of a prefill (extend) forward over ``tokens`` new tokens."""
         comm = self.perf.ar_count * self.allreduce_ms("decode", min(tokens, 8192))
         ms = self.perf.prefill_base_ms + self.perf.prefill_per_token_ms * tokens + comm
-        if self.spec is not None:
+        if self.spec is not None and self.spec.drafts_with_a_model:
             ms += self.perf.draft_extend_ms
         return ms * self._ep
 
@@ -303,14 +323,35 @@ class PerfModel:
         if self.spec is None:
             return []
         tree = self.tree(steps)
+        dummy = self.dummy_acceptance()
+        if dummy is not None:
+            return [dummy] * tree.depths
         factor = 1.0 if natural else self.perf.random_token_factor
         return tree_acceptance(
             [rate * factor for rate in self._rates],
             self.perf.extra_candidate_gain,
-            steps=tree.steps or 0,
-            topk=tree.topk or 1,
+            steps=tree.depths,
+            # NGRAM's matches are a chain per depth (its BFS breadth is not modelled)
+            topk=(tree.topk or 1) if tree.drafts_with_a_model else 1,
             draft_tokens=tree.draft_tokens or 1,
         )
+
+    def dummy_acceptance(self) -> float | None:
+        """The per-depth acceptance that random weights fix, or None with real ones.
+
+        Measured (SGLang 0.5.17, one H100, SmolLM2-135M; benchmarks/real/fidelity-0.5.17/):
+        an EAGLE-3 draft with dummy weights never matches the target (accept length exactly 1.0
+        at concurrency 1 and 8, four trees), and a drafting model is just as useless to a target
+        with dummy weights; NGRAM on a dummy target accepts every draft token (127 tokens in 16
+        cycles of 8: accept length 7.94 of 8 at both levels), since random weights write
+        repetitive text that the n-gram cache always matches.
+        """
+        cfg = self.plan.config
+        if self.spec is None:
+            return None
+        if self.spec.algorithm.upper() == "NGRAM":
+            return 1.0 if cfg.dummy_weights else None
+        return 0.0 if cfg.dummy_draft or cfg.dummy_weights else None
 
     def expected_accept_length(self, *, natural: bool = True, steps: int | None = None) -> float:
         """Expected tokens per cycle (bonus token included)."""

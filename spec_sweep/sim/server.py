@@ -344,6 +344,7 @@ class SimServer:
                 vocab=self.engine.vocab,
                 corrupt_after=_CORRUPT_AFTER if self.options.corrupt_output else None,
                 lossy=self._lossy,
+                dummy=self.plan.config.dummy_weights,
             )
         return_logprob, top_n, text_in_logprobs = logprobs
         return GenRequest(

@@ -133,6 +133,10 @@ SPEC_MAX_RUNNING_RESET = (
     "Max running requests is reset to 48 for speculative decoding. You can override this by "
     "explicitly setting --max-running-requests."
 )
+# sglang/srt/server_args.py 0.5.17 (NGRAM), as the real log prints it
+NGRAM_MIXED_CHUNK_OFF = (
+    "The mixed chunked prefill are disabled because of using ngram speculative decoding."
+)
 SPEC_DRAFT_TOKENS_ADJUSTED = (
     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
     "speculative_eagle_topk == 1"

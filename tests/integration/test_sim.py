@@ -22,9 +22,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from harness import wait_until
-
-from spec_sweep.node.ports import choose_server_port
+from harness import SIM_READY as READY
+from harness import SimProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ["--model-path", "moonshotai/Kimi-K2.5", "--tp-size", "8", "--trust-remote-code"]
@@ -34,76 +33,6 @@ EAGLE = [
     "--speculative-draft-model-path",
     "lightseekorg/kimi-k2.5-eagle3",
 ]
-READY = "The server is fired up and ready to roll!"
-
-
-class SimProcess:
-    """One simulator process with its captured output."""
-
-    def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
-        # The trial launcher's own port choice: SGLang 0.5.13 (and the simulator emulating it)
-        # rejects a --port whose derived gRPC port (+10000) is above 65535, which a kernel
-        # ephemeral port (32768-60999) can be.
-        self.port = choose_server_port()
-        self.log_path = tmp / f"sim-{self.port}.log"
-        self.out_path = tmp / f"sim-{self.port}.out"
-        environ = dict(os.environ)
-        environ.pop("SPEC_SWEEP_SIM_FAULT", None)
-        environ["SPEC_SWEEP_SIM_TIME_SCALE"] = "0"
-        environ["PYTHONPATH"] = os.pathsep.join(
-            p for p in [str(ROOT), environ.get("PYTHONPATH", "")] if p
-        )
-        environ.update(env or {})
-        cmd = [sys.executable, "-m", "spec_sweep.sim", *args, "--host", "127.0.0.1"]
-        cmd += ["--port", str(self.port)]
-        self._err = self.log_path.open("wb")
-        self._out = self.out_path.open("wb")
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._out, stderr=self._err, env=environ, start_new_session=True
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if READY in self.log():
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"exited {self.proc.returncode}:\n{self.log()[-3000:]}")
-            time.sleep(0.02)
-        raise AssertionError(f"not ready after {timeout}s:\n{self.log()[-3000:]}")
-
-    def wait_exit(self, timeout: float = 15.0) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError(f"still running:\n{self.log()[-3000:]}") from exc
-
-    def wait_for_text(self, text: str, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log():
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"{text!r} not in log:\n{self.log()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self._err.close()
-        self._out.close()
 
 
 @pytest.fixture
