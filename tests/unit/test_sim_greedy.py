@@ -113,3 +113,16 @@ def test_lossy_numerics_flip_wider_ties_and_the_gate_classes_them_lossy_not_wron
     assert judge_outputs(base, top, lossy_ids, quality=q).quality_class is QualityClass.LOSSY
     bad = judge_outputs(base, top, outputs(BASE, corrupt_after=2)[0], quality=q)
     assert bad.quality_class is QualityClass.WRONG
+
+
+def test_dummy_weights_repeat_a_short_loop_of_other_tokens() -> None:
+    from spec_sweep.sim.greedy import DUMMY_LOOP
+
+    for i in range(20):
+        real = [t for t, _ in _decode(f"prompt {i}", BASE, 64)]
+        dummy = [t for t, _ in _decode(f"prompt {i}", BASE, 64, dummy=True)]
+        assert dummy[0] != real[0]  # another text from the first token
+        period = next(p for p in range(1, DUMMY_LOOP + 1) if dummy[p:] == dummy[:-p])
+        assert len(set(dummy)) == period  # a loop: what NGRAM's trie always matches
+        # seeded: every dummy boot, whatever its numerics, writes the same
+        assert [t for t, _ in _decode(f"prompt {i}", NGRAM, 64, dummy=True)] == dummy

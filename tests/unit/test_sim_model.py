@@ -372,3 +372,68 @@ def test_sim_pacing_catches_up_a_late_wake_so_host_load_does_not_slow_the_node()
     assert late_by >= 0.05  # the late step's deadline stands (the next one counts from it)
     assert stalled >= 0.0  # a stall is forgiven: the next deadline counts from now
     assert elapsed < 1.0  # nothing was slept to "replay" the stall
+
+
+def test_ngram_resolves_like_sglang_0_5_17(pcie: Profile) -> None:
+    # the real 0.5.17 log's server_args: steps 0, top-k 10 (the BFS breadth), no draft model
+    plan = _plan(pcie, spec=SpecSettings("NGRAM", None, None, 8, None), sglang_version="0.5.17")
+    assert plan.failure is None, plan.failure
+    assert plan.spec == SpecSettings("NGRAM", 0, 10, 8, None)
+    assert plan.main_warnings == [texts.SPEC_MAX_RUNNING_RESET, texts.NGRAM_MIXED_CHUNK_OFF]
+    assert plan.max_running_requests == 48
+    assert plan.draft_weights_gib == 0.0  # no draft model: no draft weights, KV or graphs
+    assert plan.spec.depths == 7
+    eagle = _plan(pcie, spec=_eagle(3, 1, 4), cuda_graph_max_bs=32)
+    ngram = _plan(pcie, spec=SpecSettings("NGRAM", None, None, 4, None), cuda_graph_max_bs=32)
+    assert ngram.max_total_num_tokens > eagle.max_total_num_tokens
+
+
+def test_ngram_cycle_is_a_match_and_a_verify(pcie: Profile) -> None:
+    from spec_sweep.sim.perf import NGRAM_MATCH_MS
+
+    # (graphs to the profile's reference batch: no penalty on the step)
+    perf = _perf(pcie, spec=SpecSettings("NGRAM", None, None, 8, None), cuda_graph_max_bs=128)
+    expected = perf.verify_ms(1) + pcie.perf.spec_overhead_ms + NGRAM_MATCH_MS
+    assert perf.step_ms(1) == pytest.approx(expected)
+    # the measured 135M acceptance: 1.45 tokens a cycle of 8 on text
+    assert perf.expected_accept_length() == pytest.approx(1.45, abs=0.01)
+    assert perf.prefill_ms(100) < _perf(pcie, spec=_eagle()).prefill_ms(100)  # no draft extend
+
+
+@pytest.mark.parametrize(
+    ("spec", "formats", "length"),
+    [
+        (_eagle(3, 1, 4), {"draft_load_format": "dummy"}, 1.0),
+        (_eagle(2, 4, 8), {"load_format": "dummy"}, 1.0),  # the draft follows the target
+        (_eagle(3, 1, 4), {"load_format": "dummy", "draft_load_format": "auto"}, 1.0),
+        (SpecSettings("NGRAM", None, None, 8, None), {"load_format": "dummy"}, 8.0),
+        (SpecSettings("NGRAM", None, None, 8, None), {"draft_load_format": "dummy"}, None),
+    ],
+)
+def test_dummy_weights_fix_the_acceptance(
+    pcie: Profile, spec: SpecSettings, formats: dict[str, str], length: float | None
+) -> None:
+    real = _perf(pcie, spec=spec)
+    dummy = _perf(pcie, spec=spec, **formats)
+    if length is None:  # NGRAM has no draft model: a dummy draft format changes nothing
+        assert dummy.expected_accept_length() == real.expected_accept_length()
+    else:
+        for natural in (True, False):
+            assert dummy.expected_accept_length(natural=natural) == length
+    # what a step costs is the real configuration's
+    assert dummy.step_ms(8) == real.step_ms(8)
+
+
+def test_a_dummy_boot_is_another_boot_of_the_configuration(pcie: Profile) -> None:
+    real, dummy = _perf(pcie), _perf(pcie, load_format="dummy")
+    assert dummy.boot_factor != real.boot_factor  # another boot's run-to-run noise
+    assert _perf(pcie, load_format="auto").boot_factor == real.boot_factor
+
+
+def test_dummy_weight_load_is_an_allocation() -> None:
+    from spec_sweep.sim.boot import DUMMY_LOAD_GIB_PER_S, dummy_load_s
+
+    # measured: 0.27 GB in 0.084-0.10 s on an H100, against 0.125-0.15 s from the page cache
+    assert 0.084 <= dummy_load_s(0.27, 0.13) <= 0.10
+    assert dummy_load_s(73.23, 252.0) == pytest.approx(73.23 / DUMMY_LOAD_GIB_PER_S)
+    assert dummy_load_s(10.0, 1.0) == 1.0  # never longer than reading them
