@@ -5,7 +5,7 @@ with dummy weights and compares them as SGLang 0.5.17 compared on an H100
 (benchmarks/real/fidelity-0.5.17/): the weight load is an allocation, not a read, and the rest
 of the boot is the same; a failing configuration fails the same way; a dummy EAGLE-3 draft
 accepts nothing; NGRAM on a dummy target accepts every draft token; plain decoding costs the
-same; the greedy text is another one.
+same; the greedy text is another one, which the quality gate classes wrong.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import httpx
 import pytest
 from harness import SimProcess
 
+from spec_sweep.node.divergence import QualityClass, judge_outputs, parse_top_logprobs
 from spec_sweep.sim.boot import DUMMY_LOAD_GIB_PER_S
+from spec_sweep.spec import QualitySpec
 
 #: The write-up's PCIe node (Kimi-K2.5, TP8) as SGLang 0.5.17, which reports `startup_time`.
 BASE = [
@@ -68,8 +70,13 @@ def boot(tmp_path: Path) -> Iterator[Any]:
         sim.stop()
 
 
-def _generate(sim: SimProcess, prompt: str, tokens: int) -> dict[str, Any]:
-    body = {"text": prompt, "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+def _generate(sim: SimProcess, prompt: str, tokens: int, top: int = 0) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "text": prompt,
+        "sampling_params": {"max_new_tokens": tokens, "temperature": 0},
+    }
+    if top:
+        body |= {"return_logprob": True, "top_logprobs_num": top}
     answer = httpx.post(f"{sim.url}/generate", json=body, timeout=30)
     answer.raise_for_status()
     out: dict[str, Any] = answer.json()
@@ -206,6 +213,15 @@ def test_plain_decoding_costs_the_same_with_dummy_weights(boot: Any) -> None:
 
 def test_dummy_weights_write_another_text(boot: Any) -> None:
     real, dummy, draft_only = boot(*EAGLE), boot(*EAGLE, *DUMMY), boot(*EAGLE, *DUMMY_DRAFT)
+    # the quality gate, the real boot's outputs as its baseline, classes the dummy text wrong
+    answers = [_generate(real, p, 32, top=5) for p in PROMPTS]
+    reference = [a["output_ids"] for a in answers]
+    tops = [parse_top_logprobs(a["meta_info"]) for a in answers]
+    quality = QualitySpec(num_prompts=len(PROMPTS), tokens=32)
+    garbage = [_generate(dummy, p, 32)["output_ids"] for p in PROMPTS]
+    assert judge_outputs(reference, tops, garbage, quality=quality).quality_class is (
+        QualityClass.WRONG
+    )
     for prompt in PROMPTS:
         text = _generate(real, prompt, 32)["output_ids"]
         garbage = _generate(dummy, prompt, 32)["output_ids"]
