@@ -20,9 +20,13 @@ dummy then real per configuration (a drift hits both alike), and for each boot r
 Every boot is written to `OUT/<name>.<fidelity>.json` (the server log beside it) as soon as it
 ends, and a boot already there is skipped: a run cut short resumes with the same command.
 `OUT/summary.json` (also printed) compares the fidelities (`compare`): failure-mode agreement per
-real class (and every disagreement by name), the dummy cycle cost's error against the real one,
-and the predicted throughput (real acceptance, from the other configurations of the same tree
-when there are any, times the dummy cycle) against the real measurement.
+real class (and every disagreement by name); the dummy decode cycle's error against the real one
+(`decode_cycle`: the first token's time taken out, since a dummy draft accepts nothing and
+`cycle_cost` would spread that time over more cycles); per algorithm both cycles' ratios and the
+accept lengths; the predicted throughput (the real acceptance, from the other configurations of
+the same tree when there are any, with the dummy boot's decode cycle and first-token time,
+`predicted_from_decode`) against the real measurement; and the prediction anchored on a real
+boot of the same tree (its real throughput times the ratio of the two dummy throughputs).
 
 Usage (repository root, SGLang importable: `eval "$(scripts/real_session.sh env 0.5.17)"`)::
 
@@ -87,6 +91,37 @@ def cycle_cost(throughput: float, concurrency: int, accept: float) -> float:
 def predicted_throughput(accept: float, cycle_s: float, concurrency: int) -> float:
     """Output tokens per second of `concurrency` requests emitting `accept` tokens a cycle."""
     return concurrency * accept / cycle_s
+
+
+def decode_cycle(
+    throughput: float, concurrency: int, accept: float, ttft_s: float, output_len: int
+) -> float:
+    """Seconds per decode cycle with the first token taken out: a request's time
+    (`concurrency x output_len / throughput`) less its time to first token, over the cycles
+    that made the other `output_len - 1` tokens (`(output_len - 1) / accept`).
+
+    `cycle_cost` spreads the first token's time over the cycles, so it differs between two
+    boots of one configuration that accept differently (a dummy draft accepts nothing) even
+    when their cycles are the same; this one does not.
+
+    Raises:
+        ValueError: A value is out of range, or the first token took the whole request.
+    """
+    per_request = cycle_cost(throughput, concurrency, 1.0) * output_len
+    if not (accept > 0 and output_len > 1 and 0 <= ttft_s < per_request):
+        raise ValueError(
+            f"decode_cycle: accept {accept}, output_len {output_len}, ttft {ttft_s} s against "
+            f"{per_request} s a request: give accept > 0, output_len > 1, 0 <= ttft < request"
+        )
+    return (per_request - ttft_s) * accept / (output_len - 1)
+
+
+def predicted_from_decode(
+    accept: float, cycle_s: float, ttft_s: float, concurrency: int, output_len: int
+) -> float:
+    """Output tokens per second of `concurrency` requests of `output_len` tokens: the first
+    after `ttft_s`, the rest `accept` a cycle of `cycle_s` (the inverse of `decode_cycle`)."""
+    return concurrency * output_len / (ttft_s + (output_len - 1) / accept * cycle_s)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +248,10 @@ def command(
 # The comparison (pure: records in, summary out)
 
 
+#: Tokens per request of the records that do not say (the script's default when they were made).
+DEFAULT_OUTPUT_LEN = 128
+
+
 def _cycles(record: Mapping[str, Any]) -> dict[int, float]:
     """Cycle cost per concurrency level of one boot that measured (accept 1.0 when absent)."""
     out: dict[int, float] = {}
@@ -222,6 +261,18 @@ def _cycles(record: Mapping[str, Any]) -> dict[int, float]:
         if tput:
             out[level] = cycle_cost(tput, level, accept)
     return out
+
+
+def _decode(record: Mapping[str, Any], level: int) -> tuple[float, float] | None:
+    """(decode cycle, time to first token) in seconds at `level`, or None without both."""
+    metrics = record.get("metrics", {})
+    tput = metrics.get(f"output_throughput_c{level}")
+    ttft_ms = metrics.get(f"ttft_p50_ms_c{level}")
+    if not tput or ttft_ms is None:
+        return None
+    accept = metrics.get(f"accept_length_c{level}") or 1.0
+    length = int(record.get("output_len") or DEFAULT_OUTPUT_LEN)
+    return decode_cycle(tput, level, accept, ttft_ms / 1000.0, length), ttft_ms / 1000.0
 
 
 def _accepts(records: Mapping[str, Mapping[str, Any]], level: int) -> dict[str, float]:
@@ -269,16 +320,12 @@ def compare(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         accepts = _accepts(reals, level)
         cyc, pred = {}, {}
         for name, fid in sorted(pairs.items()):
-            if fid["real"]["failure_mode"] != "none" or fid["dummy"]["failure_mode"] != "none":
+            if _served(fid, level) is None:
                 continue
-            real_cycle = _cycles(fid["real"]).get(level)
-            dummy_tput = fid["dummy"].get("metrics", {}).get(f"output_throughput_c{level}")
-            dummy_accept = fid["dummy"].get("metrics", {}).get(f"accept_length_c{level}") or 1.0
-            real_tput = fid["real"].get("metrics", {}).get(f"output_throughput_c{level}")
-            if real_cycle is None or not dummy_tput or not real_tput:
+            real, dummy = _decode(fid["real"], level), _decode(fid["dummy"], level)
+            if real is None or dummy is None:
                 continue
-            dummy_cycle = cycle_cost(dummy_tput, level, dummy_accept)
-            cyc[name] = dummy_cycle / real_cycle - 1.0
+            cyc[name] = dummy[0] / real[0] - 1.0
             tree = trees[name]
             same = [
                 accepts[n] for n, t in trees.items() if n != name and t == tree and n in accepts
@@ -291,7 +338,9 @@ def compare(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 accept, source = accepts[name], "itself"
             else:
                 continue
-            guess = predicted_throughput(accept, dummy_cycle, level)
+            length = int(fid["real"].get("output_len") or DEFAULT_OUTPUT_LEN)
+            guess = predicted_from_decode(accept, dummy[0], dummy[1], level, length)
+            real_tput = fid["real"]["metrics"][f"output_throughput_c{level}"]
             pred[name] = {"error": guess / real_tput - 1.0, "acceptance_from": source}
         cycle[f"c{level}"] = _errors(cyc)
         predicted[f"c{level}"] = _errors({n: p["error"] for n, p in pred.items()}) | {
@@ -325,8 +374,9 @@ def _by_algorithm(
     pairs: Mapping[str, Mapping[str, Mapping[str, Any]]],
     trees: Mapping[str, tuple[Any, ...] | None],
 ) -> dict[str, Any]:
-    """Per algorithm and level: the dummy cycle over the real one (its bias; the real cycle grows
-    with the tokens a cycle accepts, a dummy draft accepts none) and both accept lengths."""
+    """Per algorithm and level: the dummy cycle over the real one, as `cycle_cost` (the first
+    token's time spread over the cycles, so it moves with the acceptance) and as `decode_cycle`
+    (the first token taken out), and both accept lengths."""
     out: dict[str, Any] = {}
     for level in LEVELS:
         groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -335,10 +385,12 @@ def _by_algorithm(
                 continue
             dummy_cycle = _cycles(fid["dummy"]).get(level)
             real_cycle = _cycles(fid["real"]).get(level)
-            if dummy_cycle is None or real_cycle is None:
+            dummy_decode, real_decode = _decode(fid["dummy"], level), _decode(fid["real"], level)
+            if not (dummy_cycle and real_cycle and dummy_decode and real_decode):
                 continue
             group = groups[_algorithm(trees[name])]
             group["ratio"].append(dummy_cycle / real_cycle)
+            group["decode"].append(dummy_decode[0] / real_decode[0])
             for fidelity in FIDELITIES:
                 accept = fid[fidelity].get("metrics", {}).get(f"accept_length_c{level}") or 1.0
                 group[f"accept_{fidelity}"].append(float(accept))
@@ -348,6 +400,9 @@ def _by_algorithm(
                 "cycle_ratio_median": statistics.median(g["ratio"]),
                 "cycle_ratio_min": min(g["ratio"]),
                 "cycle_ratio_max": max(g["ratio"]),
+                "decode_ratio_median": statistics.median(g["decode"]),
+                "decode_ratio_min": min(g["decode"]),
+                "decode_ratio_max": max(g["decode"]),
                 "accept_dummy_median": statistics.median(g["accept_dummy"]),
                 "accept_real_median": statistics.median(g["accept_real"]),
             }
@@ -406,9 +461,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     for level, algos in summary.get("by_algorithm", {}).items():
         for algo, g in algos.items():
             lines.append(
-                f"  {algo} {level}: dummy cycle / real {g['cycle_ratio_median']:.3f} "
-                f"({g['cycle_ratio_min']:.3f}-{g['cycle_ratio_max']:.3f}, {g['n']}), "
-                f"accept dummy {g['accept_dummy_median']:.2f} real {g['accept_real_median']:.2f}"
+                f"  {algo} {level}: dummy / real cycle {g['cycle_ratio_median']:.3f} "
+                f"({g['cycle_ratio_min']:.3f}-{g['cycle_ratio_max']:.3f}), decode cycle "
+                f"{g['decode_ratio_median']:.3f} ({g['decode_ratio_min']:.3f}-"
+                f"{g['decode_ratio_max']:.3f}), {g['n']} configurations; accept dummy "
+                f"{g['accept_dummy_median']:.2f} real {g['accept_real_median']:.2f}"
             )
     for part in ("cycle", "predicted", "anchored"):
         for level, errs in summary.get(part, {}).items():
@@ -530,6 +587,8 @@ def boot_and_measure(
         "why": config.why,
         "tree": list(config.tree) if config.tree else None,
         "sglang_version": args.version,
+        "prompts": args.prompts,
+        "output_len": args.output_len,
         "command": argv,
         "failure_mode": verdict.mode.value,
         "reason": verdict.reason,
@@ -649,6 +708,8 @@ __all__ = [
     "compare",
     "configurations",
     "cycle_cost",
+    "decode_cycle",
     "main",
+    "predicted_from_decode",
     "predicted_throughput",
 ]
