@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spec_sweep.node.metrics import decode_cycle
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / ".models" / "smollm2-135m"
 HOST = "127.0.0.1"
@@ -91,29 +93,6 @@ def cycle_cost(throughput: float, concurrency: int, accept: float) -> float:
 def predicted_throughput(accept: float, cycle_s: float, concurrency: int) -> float:
     """Output tokens per second of `concurrency` requests emitting `accept` tokens a cycle."""
     return concurrency * accept / cycle_s
-
-
-def decode_cycle(
-    throughput: float, concurrency: int, accept: float, ttft_s: float, output_len: int
-) -> float:
-    """Seconds per decode cycle with the first token taken out: a request's time
-    (`concurrency x output_len / throughput`) less its time to first token, over the cycles
-    that made the other `output_len - 1` tokens (`(output_len - 1) / accept`).
-
-    `cycle_cost` spreads the first token's time over the cycles, so it differs between two
-    boots of one configuration that accept differently (a dummy draft accepts nothing) even
-    when their cycles are the same; this one does not.
-
-    Raises:
-        ValueError: A value is out of range, or the first token took the whole request.
-    """
-    per_request = cycle_cost(throughput, concurrency, 1.0) * output_len
-    if not (accept > 0 and output_len > 1 and 0 <= ttft_s < per_request):
-        raise ValueError(
-            f"decode_cycle: accept {accept}, output_len {output_len}, ttft {ttft_s} s against "
-            f"{per_request} s a request: give accept > 0, output_len > 1, 0 <= ttft < request"
-        )
-    return (per_request - ttft_s) * accept / (output_len - 1)
 
 
 def predicted_from_decode(

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from spec_sweep.core.names import FIDELITY_DUMMY, FIDELITY_REAL, TAG_FIDELITY
 from spec_sweep.errors import SpecError, SpecSweepError
 from spec_sweep.spec import Scalar, SweepSpec, parse_value
 from spec_sweep.spec_load import load_spec
@@ -119,6 +121,13 @@ def _parser() -> argparse.ArgumentParser:
         "--state-dir",
         metavar="DIR",
         help="where sweep state is kept: the trial is judged against that sweep's baseline",
+    )
+    trial.add_argument(
+        "--dummy-weights",
+        action="store_true",
+        help="boot with random weights, nothing read (--load-format dummy): tells whether the "
+        "configuration boots, its decode cycle and time to first token; not its acceptance, "
+        "quality or speculative throughput",
     )
     trial.add_argument("--json", action="store_true", help="print one JSON object")
     _add_common(trial)
@@ -506,6 +515,10 @@ def _cmd_trial(args: argparse.Namespace) -> int:
         from spec_sweep.core.config import normalize_config
 
         config = normalize_config(spec, {**config, **derived})
+    fidelity = FIDELITY_REAL
+    if args.dummy_weights:
+        spec = _dummy_weights_spec(spec, config, args)
+        fidelity = FIDELITY_DUMMY
     check_tracking_uri(spec, args.tracking_uri)  # a store it cannot record to: say so first
     uri = None
     if args.tracking_uri or spec.tracking.uri:  # a server that refuses us: say so first too
@@ -518,8 +531,27 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     # judged against the baseline of the sweep of this state folder, as its own trials are
     state = sweep_state_dir(spec, args.state_dir)
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name, state_dir=state)
+    quality = _quality_record(trial_dir)
+    if args.dummy_weights:
+        from spec_sweep.node.fidelity import QUALITY_NOT_JUDGED, dummy_metrics
+
+        result = dataclasses.replace(result, metrics=dummy_metrics(result.metrics))
+        quality = {
+            "judged": False,
+            "passed": None,
+            "quality_class": None,
+            "deficit": None,
+            "reason": QUALITY_NOT_JUDGED,
+            "reference": None,
+        }
     if uri is not None:
-        _log_manual(spec, result, tracking_uri=uri, allow_insecure=args.allow_insecure_tracking)
+        _log_manual(
+            spec,
+            result,
+            tracking_uri=uri,
+            allow_insecure=args.allow_insecure_tracking,
+            fidelity=fidelity,
+        )
     if args.json:
         print(
             json.dumps(
@@ -531,14 +563,47 @@ def _cmd_trial(args: argparse.Namespace) -> int:
                     "log_excerpt": result.log_excerpt,
                     "elapsed_s": result.elapsed_s,
                     "trial_dir": str(trial_dir),
-                    "quality": _quality_record(trial_dir),
+                    "quality": quality,
+                    "fidelity": fidelity,
                 }
             )
         )
         return EXIT_OK
     _print_result(result)
-    _print_quality(_quality_record(trial_dir))
+    _print_quality(quality)
+    if args.dummy_weights:
+        from spec_sweep.node.fidelity import DUMMY_TELLS
+
+        _out.print(DUMMY_TELLS, markup=False)
     return EXIT_OK
+
+
+def _dummy_weights_spec(
+    spec: SweepSpec, config: Mapping[str, Any], args: argparse.Namespace
+) -> SweepSpec:
+    """`trial --dummy-weights`: the spec whose boot of `config` loads no weights, refused
+    (nothing launched) where a dummy boot would mean nothing or could enter a sweep's record."""
+    from spec_sweep.manifest import ManifestError, load_manifest
+    from spec_sweep.node.fidelity import dummy_weights_spec
+    from spec_sweep.store.paths import sweep_state_dir
+
+    if args.state_dir:
+        raise SpecError(
+            f"--dummy-weights with --state-dir {args.state_dir}: a dummy-weight boot is never "
+            "judged against or recorded into a sweep's state (its acceptance and outputs mean "
+            "nothing): drop --state-dir"
+        )
+    if args.replay:
+        raise SpecError(
+            f"--dummy-weights with --replay {args.replay}: a replayed trial boots nothing, so "
+            "there are no weights to leave out: drop one of the two"
+        )
+    try:  # the manifest the spec was checked against (bundled, or built for the node)
+        folder = sweep_state_dir(spec, None) / "manifests"
+        manifest = load_manifest(spec.node.sglang_version, folder=folder)
+    except ManifestError:
+        manifest = None  # flags not checked here: the server judges them
+    return dummy_weights_spec(spec, config, manifest=manifest)
 
 
 def _quality_record(trial_dir: Path) -> dict[str, Any] | None:
@@ -566,26 +631,36 @@ def _print_quality(record: dict[str, Any] | None) -> None:
             f"quality: judged against {record['reference']}: {verdict} ({record['reason']})",
             markup=False,
         )
+    elif str(record["reason"]).startswith("not judged"):  # says so itself (dummy weights)
+        _out.print(f"quality: {record['reason']}", markup=False)
     else:
         _out.print(f"quality: not judged ({record['reason']})", markup=False)
 
 
 def _log_manual(
-    spec: SweepSpec, result: TrialResult, *, tracking_uri: str | None, allow_insecure: bool
+    spec: SweepSpec,
+    result: TrialResult,
+    *,
+    tracking_uri: str | None,
+    allow_insecure: bool,
+    fidelity: str,
 ) -> None:
-    """Record a `spec-sweep trial` run in the sweep's experiment (no parent run)."""
+    """Record a `spec-sweep trial` run in the sweep's experiment (no parent run), tagged with
+    the weights it booted with (`TAG_FIDELITY`)."""
     from spec_sweep.core.config import baseline_config
     from spec_sweep.node.command import ServerCommand
     from spec_sweep.present.names import run_name
     from spec_sweep.store.sweeps import log_manual_trial
 
+    kind = "manual" if fidelity == FIDELITY_REAL else f"manual {fidelity}-weights"
     log_manual_trial(
         spec,
         result,
         tracking_uri=tracking_uri,
-        run_name=f"manual {run_name(result.trial_id, result.config, baseline_config(spec))}",
+        run_name=f"{kind} {run_name(result.trial_id, result.config, baseline_config(spec))}",
         command=ServerCommand(result.command, result.env).shell(),
         allow_insecure_tracking=allow_insecure,
+        tags={TAG_FIDELITY: fidelity},
     )
 
 

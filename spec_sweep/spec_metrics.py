@@ -31,6 +31,9 @@ LEVEL_METRICS: tuple[str, ...] = (
     "itl_p99_ms",
     "decode_speed_p50",
     "accept_length",
+    # ms per decode cycle with the first token's time taken out (`node.metrics.decode_cycle`):
+    # what a dummy-weight boot of the configuration tells as well as a real one
+    "decode_cycle_ms",
 )
 #: Level metrics that also get a 95% within-boot interval, `<metric>_ci_low` / `_ci_high`.
 INTERVAL_METRICS: tuple[str, ...] = ("output_throughput", "request_throughput")

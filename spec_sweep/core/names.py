@@ -73,6 +73,15 @@ TAG_LOG_EXCERPT = "spec_sweep.log_excerpt"
 TAG_REUSED = "spec_sweep.reused_from"
 #: `true` on a run of `spec-sweep trial` (no parent run).
 TAG_MANUAL = "spec_sweep.manual"
+#: On a run of `spec-sweep trial`: the weights its server booted with, `real` (the model's) or
+#: `dummy` (`--dummy-weights`: random weights, nothing read). A dummy boot tells whether the
+#: configuration boots, its decode cycle and its time to first token; its acceptance, outputs
+#: and a speculative configuration's throughput mean nothing (docs/evidence/two-fidelity.md).
+TAG_FIDELITY = "spec_sweep.fidelity"
+#: The value of `TAG_FIDELITY` on a boot with the model's own weights.
+FIDELITY_REAL = "real"
+#: The value of `TAG_FIDELITY` on a boot with random weights (`--load-format dummy`).
+FIDELITY_DUMMY = "dummy"
 #: On a confirmation boot (or baseline re-measure): the trial id it repeats.
 TAG_CONFIRMS = "spec_sweep.confirms"
 # The parent run's verdict (docs/design.md, "Confirmation").

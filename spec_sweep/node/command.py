@@ -23,7 +23,14 @@ from spec_sweep.core.adaptive_rules import ADAPTIVE_CONFIG, CONFIG_FILE
 from spec_sweep.core.config import render_value
 from spec_sweep.spec import DRAFT_PATH, NO_DRAFT_MODEL, Backend, SweepSpec
 
-__all__ = ["Launch", "ServerCommand", "build_command", "launch_for", "node_fingerprint"]
+__all__ = [
+    "Launch",
+    "ServerCommand",
+    "build_command",
+    "draft_model",
+    "launch_for",
+    "node_fingerprint",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,22 @@ def _flag_tokens(key: str, value: Any) -> list[str]:
     return [f"--{key}", render_value(value)]
 
 
+def draft_model(spec: SweepSpec, config: Mapping[str, Any]) -> str | None:
+    """The draft model a trial of `config` loads, or None when it runs none.
+
+    A draft model runs when the spec names one (`node.draft_model`) and the configuration's
+    speculative algorithm (or the fixed one of `node.server_args`) takes one (not NGRAM or
+    LOOKAHEAD): the searched `speculative-draft-model-path` when node.draft_model lists
+    several, else the first.
+    """
+    node = spec.node
+    algorithm = config.get("speculative-algorithm", node.server_args.get("speculative-algorithm"))
+    if not (node.draft_models and algorithm and str(algorithm).upper() not in NO_DRAFT_MODEL):
+        return None
+    searched = config.get(DRAFT_PATH)
+    return searched if isinstance(searched, str) else node.draft_models[0]
+
+
 def build_command(
     spec: SweepSpec,
     config: Mapping[str, Any],
@@ -115,11 +138,9 @@ def build_command(
         argv += _flag_tokens(key, value)
     env = {k: render_value(v) for k, v in node.env.items() if v is not None}
     flags = {k: v for k, v in config.items() if not k.startswith("env.")}
-    # The trial's draft model (searched when node.draft_model lists several), else the first.
-    searched = flags.pop(DRAFT_PATH, None)
-    algorithm = flags.get("speculative-algorithm", node.server_args.get("speculative-algorithm"))
-    if node.draft_models and algorithm and str(algorithm).upper() not in NO_DRAFT_MODEL:
-        draft = searched if isinstance(searched, str) else node.draft_models[0]
+    flags.pop(DRAFT_PATH, None)
+    draft = draft_model(spec, config)
+    if draft is not None:
         argv += [f"--{DRAFT_PATH}", draft]
     for key, value in flags.items():
         if key != ADAPTIVE_CONFIG:

@@ -2,8 +2,9 @@
 
 This module owns the arithmetic that turns a `BenchResult` into the level metrics of
 `spec_metrics.LEVEL_METRICS`: output and request throughput over each level's wall time, TTFT and
-ITL percentiles, per-request decode speed and speculative accept length, suffixed `_c<N>` when a
-workload runs several concurrency levels. It follows SGLang's `bench_serving.py`: only successful
+ITL percentiles, per-request decode speed, speculative accept length and the decode cycle with the
+first token taken out (`decode_cycle`), suffixed `_c<N>` when a workload runs several concurrency
+levels. It follows SGLang's `bench_serving.py`: only successful
 requests count, percentiles interpolate linearly between closest ranks (numpy's default), and token
 counts are the server's. A metric that cannot be measured is left out, never NaN. Pure standard
 library, no I/O.
@@ -17,6 +18,7 @@ known; it cannot see boot-to-boot spread, which only repeated boots measure (`se
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Sequence
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INTERVAL_METRICS",
     "bench_metrics",
+    "decode_cycle",
     "level_intervals",
     "level_metrics",
     "percentile",
@@ -64,6 +67,49 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
+def decode_cycle(
+    throughput: float, concurrency: int, accept: float, ttft_s: float, output_len: float
+) -> float:
+    """Seconds per decode cycle with the first token taken out.
+
+    A request's time (`concurrency x output_len / throughput`) less its time to first token,
+    over the cycles that made the other `output_len - 1` tokens (`(output_len - 1) / accept`).
+
+    The first token is taken out because it comes from the prefill, not from a decode cycle:
+    spread over the cycles (`concurrency x accept / throughput`), its time would weigh more in
+    a boot that needs more cycles for the same tokens. A dummy-weight draft accepts nothing
+    (accept 1.0), so such a per-token cycle of a dummy boot would read differently from the real
+    boot of the same configuration even when their cycles are the same; with the first token
+    out the two agree (within 2.6% at concurrency 1 on SGLang 0.5.17, H100:
+    docs/evidence/two-fidelity.md), which is what lets a dummy-weight boot tell the cycle.
+
+    Args:
+        throughput: Output tokens per second of all `concurrency` requests together.
+        concurrency: Requests decoding at once.
+        accept: Tokens emitted per cycle (1.0 without speculative decoding).
+        ttft_s: Time to first token, seconds (the median of the level).
+        output_len: Output tokens per request.
+
+    Returns:
+        The decode cycle, seconds.
+
+    Raises:
+        ValueError: A value is out of range, or the first token took the whole request.
+    """
+    if not (throughput > 0 and concurrency > 0 and accept > 0 and output_len > 1):
+        raise ValueError(
+            f"decode_cycle: throughput {throughput}, concurrency {concurrency}, accept {accept}, "
+            f"output_len {output_len}: give throughput, concurrency, accept > 0, output_len > 1"
+        )
+    per_request = concurrency * output_len / throughput
+    if not 0 <= ttft_s < per_request:
+        raise ValueError(
+            f"decode_cycle: ttft {ttft_s} s against {per_request} s a request: "
+            "give 0 <= ttft < request"
+        )
+    return (per_request - ttft_s) * accept / (output_len - 1)
+
+
 def level_metrics(level: LevelResult) -> dict[str, float]:
     """The metrics of one concurrency level, named as in `spec_metrics.LEVEL_METRICS` (unsuffixed).
 
@@ -81,6 +127,10 @@ def level_metrics(level: LevelResult) -> dict[str, float]:
       1 / spec_verify_ct too high (+0.8 % at 128 output tokens and accept length 2).
       Without verify counts, the server's `avg_spec_accept_length` (read after the level; it
       accumulates since boot or the last cache flush); absent for a non-speculative server.
+    - `decode_cycle_ms`: `decode_cycle` of the level's output throughput, concurrency, accept
+      length (1.0 when absent), median TTFT and mean output tokens per successful request, in
+      milliseconds; absent when a request has fewer than two tokens on average or the first
+      token took the whole request.
 
     A hung level has no metrics (its wall time includes the wait for the timeout), and neither
     has a level without a successful request.
@@ -119,6 +169,14 @@ def level_metrics(level: LevelResult) -> dict[str, float]:
         metrics["accept_length"] = sum(o.output_tokens - 1 for o in verified) / steps
     elif level.server_accept_length is not None:
         metrics["accept_length"] = level.server_accept_length
+    ttft = metrics.get("ttft_p50_ms")
+    throughput = metrics.get("output_throughput")
+    if ttft is not None and throughput is not None:
+        tokens = sum(o.output_tokens for o in ok) / len(ok)
+        accept = metrics.get("accept_length", 1.0)
+        with contextlib.suppress(ValueError):
+            cycle = decode_cycle(throughput, level.concurrency, accept, ttft / 1000.0, tokens)
+            metrics["decode_cycle_ms"] = cycle * 1000.0
     return {name: value for name, value in metrics.items() if math.isfinite(value)}
 
 

@@ -10,6 +10,7 @@ run of the sweep's experiment (`log_manual_trial`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,8 +159,18 @@ def log_manual_trial(
     run_name: str,
     command: str,
     allow_insecure_tracking: bool = False,
+    tags: Mapping[str, str] | None = None,
 ) -> str:
     """Record a trial run by `spec-sweep trial` as a run of the sweep's experiment (no parent).
+
+    Args:
+        spec: The sweep.
+        result: How the trial ended.
+        tracking_uri: `--tracking-uri` (None: the spec's, else the default store).
+        run_name: The run's name.
+        command: The server command line, as one shell line.
+        allow_insecure_tracking: Record to a plain-HTTP server on another machine.
+        tags: More tags for the run (e.g. `TAG_FIDELITY`, the weights it booted with).
 
     Returns:
         The run id.
@@ -175,6 +186,8 @@ def log_manual_trial(
         manual=True,
         system_metrics=False,
     )
+    if tags:
+        tracker.set_tags(run_id, tags)
     folder = Path(result.log_path).parent if result.log_path else None
     tracker.record_result(run_id, result, command=command, folder=folder)
     return run_id

@@ -585,8 +585,10 @@ def test_trial_command_prints_one_json_object_and_exits_0(
         "elapsed_s",
         "trial_dir",
         "quality",
+        "fidelity",
     }
     assert payload["quality"] is None  # the spec has no quality gate
+    assert payload["fidelity"] == "real"  # the model's weights (no --dummy-weights)
     assert payload["failure_mode"] == expected
     assert payload["elapsed_s"] > 0
     assert payload["command"][:3] == ["python", "-m", "spec_sweep.sim"]

@@ -6,8 +6,15 @@ import math
 
 import pytest
 
+from spec_sweep.core.names import level_of
 from spec_sweep.node.client import BenchResult, LevelResult, RequestOutput
-from spec_sweep.node.metrics import bench_metrics, level_intervals, level_metrics, percentile
+from spec_sweep.node.metrics import (
+    bench_metrics,
+    decode_cycle,
+    level_intervals,
+    level_metrics,
+    percentile,
+)
 from spec_sweep.spec_metrics import LEVEL_METRICS
 
 
@@ -133,6 +140,70 @@ def test_accept_length_absent_without_speculation() -> None:
     assert set(metrics) == set(LEVEL_METRICS) - {"accept_length"}
 
 
+# ---------------------------------------------------------------------------------------------
+# decode_cycle
+
+
+def test_decode_cycle_takes_the_first_token_out() -> None:
+    # 11 tokens in 0.35 s a request: the first after 0.1 s, the other 10 in 5 cycles of 2
+    assert decode_cycle(11 / 0.35, 1, 2.0, 0.1, 11) == pytest.approx(0.05)
+    # 4 requests at once take 4 times the level's time per request
+    assert decode_cycle(44 / 0.35, 4, 2.0, 0.1, 11) == pytest.approx(0.05)
+    # plain decoding: one token a cycle
+    assert decode_cycle(11 / 0.6, 1, 1.0, 0.1, 11) == pytest.approx(0.05)
+
+
+def test_decode_cycle_is_the_same_for_boots_that_accept_differently() -> None:
+    # one cycle of 50 ms and a first token of 100 ms: a draft that accepts 3 tokens a cycle
+    # and one that accepts nothing (a dummy draft) give different throughputs, one cycle
+    cycle, ttft, length = 0.05, 0.1, 33
+    for accept in (1.0, 3.0):
+        throughput = length / (ttft + (length - 1) / accept * cycle)
+        assert decode_cycle(throughput, 1, accept, ttft, length) == pytest.approx(cycle)
+
+
+@pytest.mark.parametrize(
+    ("throughput", "concurrency", "accept", "ttft", "length"),
+    [
+        pytest.param(11 / 0.35, 1, 2.0, 0.5, 11, id="first-token-longer-than-request"),
+        pytest.param(0.0, 1, 1.0, 0.1, 11, id="no-throughput"),
+        pytest.param(10.0, 0, 1.0, 0.1, 11, id="no-concurrency"),
+        pytest.param(10.0, 1, 0.0, 0.1, 11, id="no-acceptance"),
+        pytest.param(10.0, 1, 1.0, 0.1, 1, id="one-token"),
+        pytest.param(10.0, 1, 1.0, -0.1, 11, id="negative-ttft"),
+    ],
+)
+def test_decode_cycle_refuses_values_out_of_range(
+    throughput: float, concurrency: int, accept: float, ttft: float, length: int
+) -> None:
+    with pytest.raises(ValueError, match="decode_cycle"):
+        decode_cycle(throughput, concurrency, accept, ttft, length)
+
+
+def test_level_decode_cycle_from_the_levels_figures() -> None:
+    # 2 requests of 11 tokens at concurrency 2 in 1.0 s, TTFT 0.1 s, 10 verify steps each
+    level = _level(_ok(11, verify=10), _ok(11, verify=10), concurrency=2, duration=1.0)
+    metrics = level_metrics(level)
+    assert metrics["accept_length"] == pytest.approx(1.0)
+    expected = decode_cycle(22 / 1.0, 2, 1.0, 0.1, 11) * 1000.0
+    assert metrics["decode_cycle_ms"] == pytest.approx(expected)
+    assert metrics["decode_cycle_ms"] == pytest.approx(90.0)  # (1.0 s - 0.1 s) / 10 cycles
+
+
+def test_level_decode_cycle_uses_the_accept_length() -> None:
+    # 5 verify steps for the 10 tokens after the first: two tokens a cycle, half as many cycles
+    level = _level(_ok(11, verify=5), _ok(11, verify=5), concurrency=2, duration=1.0)
+    metrics = level_metrics(level)
+    assert metrics["accept_length"] == pytest.approx(2.0)
+    assert metrics["decode_cycle_ms"] == pytest.approx(180.0)
+
+
+def test_level_decode_cycle_absent_when_the_first_token_is_all() -> None:
+    metrics = level_metrics(_level(_ok(1), _ok(1)))
+    assert "decode_cycle_ms" not in metrics
+    assert "output_throughput" in metrics
+
+
 def test_failed_requests_do_not_count() -> None:
     level = _level(_ok(10, ttft=0.1), RequestOutput(output_tokens=50, ttft_s=5.0, error="x"))
     metrics = level_metrics(level)
@@ -163,7 +234,8 @@ def test_metrics_are_never_nan() -> None:
 def test_single_level_is_unsuffixed() -> None:
     metrics = bench_metrics(_bench(_level(_ok(10), concurrency=8)), multi_level=False)
     assert "output_throughput" in metrics
-    assert not any("_c" in name for name in metrics)
+    assert all(level_of(name) is None for name in metrics)
+    assert "decode_cycle_ms" in metrics
 
 
 def test_multi_level_suffixes() -> None:

@@ -29,6 +29,7 @@ _UNITS = {
     "itl_p99_ms": "ms",
     "decode_speed_p50": "tok/s per request",
     "accept_length": "tokens per verify cycle",
+    "decode_cycle_ms": "ms per decode cycle, first token out",
     "speedup_vs_baseline": "x",
     "boot_s": "s",
     "gpu_mem_peak_gib": "GiB",
