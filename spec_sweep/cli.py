@@ -533,9 +533,10 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name, state_dir=state)
     quality = _quality_record(trial_dir)
     if args.dummy_weights:
-        from spec_sweep.node.fidelity import QUALITY_NOT_JUDGED, dummy_metrics
+        from spec_sweep.node.fidelity import QUALITY_NOT_JUDGED, dummy_metrics, speculative
 
-        result = dataclasses.replace(result, metrics=dummy_metrics(result.metrics))
+        kept = dummy_metrics(result.metrics, speculative=speculative(spec, config))
+        result = dataclasses.replace(result, metrics=kept)
         quality = {
             "judged": False,
             "passed": None,

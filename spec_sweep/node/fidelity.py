@@ -11,7 +11,8 @@ token and its decode cycle with the first token taken out (`decode_cycle_ms`) ar
 boot's; its acceptance is not (a dummy EAGLE-3 draft accepts nothing, NGRAM on a dummy target
 accepts every draft token), nor its greedy text, nor a speculative configuration's throughput.
 So `dummy_metrics` drops what a dummy boot cannot tell: the accept lengths and the quality
-gate's metrics.
+gate's metrics, and for a speculative configuration everything that follows from its acceptance
+(throughput, its intervals, decode speed, inter-token latency, cost per token).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from spec_sweep.errors import SpecError
 from spec_sweep.manifest import FlagManifest
 from spec_sweep.node.command import draft_model
 from spec_sweep.spec import SweepSpec
-from spec_sweep.spec_metrics import QUALITY_METRICS
+from spec_sweep.spec_metrics import INTERVAL_NAMES, LEVEL_METRICS, QUALITY_METRICS
 
 __all__ = [
     "DRAFT_LOAD_FORMAT",
@@ -32,6 +33,7 @@ __all__ = [
     "QUALITY_NOT_JUDGED",
     "dummy_metrics",
     "dummy_weights_spec",
+    "speculative",
 ]
 
 #: SGLang's flag for the target model's load format.
@@ -39,6 +41,7 @@ LOAD_FORMAT = "load-format"
 #: SGLang's flag for the draft model's load format (unset: the target's).
 DRAFT_LOAD_FORMAT = "speculative-draft-load-format"
 _DUMMY = "dummy"
+_ALGORITHM = "speculative-algorithm"
 #: What a dummy-weight boot tells, and what not, in one line.
 DUMMY_TELLS = (
     "dummy weights: this boot tells whether the configuration boots, its decode cycle "
@@ -48,6 +51,14 @@ DUMMY_TELLS = (
 #: The quality gate's verdict on a dummy-weight boot.
 QUALITY_NOT_JUDGED = "not judged: dummy weights"
 _DROPPED = ("accept_length", *QUALITY_METRICS)
+#: What a speculative configuration's dummy boot keeps of the level metrics: the time to first
+#: token and the decode cycle, the two that do not follow from its acceptance.
+_KEPT_SPECULATIVE = ("ttft_p50_ms", "ttft_p99_ms", "decode_cycle_ms")
+_DROPPED_SPECULATIVE = (
+    *(m for m in LEVEL_METRICS if m not in _KEPT_SPECULATIVE),
+    *INTERVAL_NAMES,
+    "usd_per_million_tokens",
+)
 
 
 def _dest(manifest: FlagManifest | None, name: str) -> str:
@@ -105,11 +116,21 @@ def dummy_weights_spec(
     return spec.model_copy(update={"node": node, "quality": None})
 
 
-def dummy_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+def speculative(spec: SweepSpec, config: Mapping[str, Any]) -> bool:
+    """Whether a trial of `config` decodes speculatively (its `speculative-algorithm`, else the
+    fixed one of `node.server_args`, is set)."""
+    algorithm = config.get(_ALGORITHM, spec.node.server_args.get(_ALGORITHM))
+    return algorithm not in (None, False, "") and str(algorithm).lower() != "none"
+
+
+def dummy_metrics(metrics: Mapping[str, float], *, speculative: bool) -> dict[str, float]:
     """A dummy-weight boot's metrics without those it cannot tell: the accept lengths (a dummy
-    draft accepts nothing, NGRAM on a dummy target everything) and the quality gate's."""
+    draft accepts nothing, NGRAM on a dummy target everything) and the quality gate's; with
+    `speculative`, also every level metric that follows from the acceptance (throughput and its
+    intervals, decode speed, inter-token latency) and the cost per token."""
+    dropped = (*_DROPPED, *(_DROPPED_SPECULATIVE if speculative else ()))
     return {
         name: value
         for name, value in metrics.items()
-        if not any(name == base or name.startswith(f"{base}_c") for base in _DROPPED)
+        if not any(name == base or name.startswith(f"{base}_c") for base in dropped)
     }

@@ -12,7 +12,7 @@ from harness import make_spec
 from spec_sweep.errors import SpecError
 from spec_sweep.manifest import load_manifest, manifest_from_text
 from spec_sweep.node.command import build_command
-from spec_sweep.node.fidelity import dummy_metrics, dummy_weights_spec
+from spec_sweep.node.fidelity import dummy_metrics, dummy_weights_spec, speculative
 
 PLAIN: dict[str, Any] = {"speculative-algorithm": None}
 EAGLE: dict[str, Any] = {
@@ -126,12 +126,42 @@ def test_dummy_metrics_drop_acceptance_and_quality_only() -> None:
         "quality_deficit": 2.0,
         "boot_s": 10.0,
     }
-    assert dummy_metrics(metrics) == {
+    assert dummy_metrics(metrics, speculative=False) == {
         "output_throughput_c1": 50.0,
         "decode_cycle_ms_c1": 36.0,
         "ttft_p50_ms_c1": 31.0,
         "boot_s": 10.0,
     }
-    assert dummy_metrics({"accept_length": 1.0, "decode_cycle_ms": 36.0}) == {
+    assert dummy_metrics({"accept_length": 1.0, "decode_cycle_ms": 36.0}, speculative=False) == {
         "decode_cycle_ms": 36.0
     }
+
+
+def test_a_speculative_dummy_boot_keeps_only_what_its_acceptance_does_not_decide() -> None:
+    metrics = {
+        "output_throughput_c1": 50.0,
+        "output_throughput_ci_low_c1": 49.0,
+        "request_throughput_c1": 0.4,
+        "itl_p50_ms_c1": 3.0,
+        "decode_speed_p50_c1": 300.0,
+        "usd_per_million_tokens": 2.0,
+        "accept_length_c1": 1.0,
+        "decode_cycle_ms_c1": 36.0,
+        "ttft_p50_ms_c1": 31.0,
+        "ttft_p99_ms_c1": 40.0,
+        "boot_s": 10.0,
+    }
+    assert dummy_metrics(metrics, speculative=True) == {
+        "decode_cycle_ms_c1": 36.0,
+        "ttft_p50_ms_c1": 31.0,
+        "ttft_p99_ms_c1": 40.0,
+        "boot_s": 10.0,
+    }
+
+
+def test_speculative_reads_the_configuration_then_the_fixed_arguments(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path)
+    assert not speculative(spec, PLAIN)
+    assert speculative(spec, EAGLE)
+    assert speculative(spec, {"speculative-algorithm": "EAGLE3"})
+    assert not speculative(spec, {"speculative-algorithm": None})
