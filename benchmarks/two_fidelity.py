@@ -33,7 +33,9 @@ The truths are the landscapes' tables (family A `landscapes.py`, family B
 `landscapes_specbundle.py`, test seeds 100-139) and the real replay table
 (`benchmarks/real/table-0.5.17/rows.csv`, SGLang 0.5.17 on an H200, objective
 `output_throughput_c1`, one run per searcher seed; the boot model scaled to a large model, 590 GB
-of weights over 61 layers, as the write-up's node). In the simulation a dummy boot behaves as the GPU check measured it (`scripts/real_fidelity.py`
+of weights over 61 layers, as the write-up's node).
+
+In the simulation a dummy boot behaves as the GPU check measured it (`scripts/real_fidelity.py`
 on an H100, `benchmarks/real/fidelity-0.5.17`, at concurrency 1): its failure mode is the real
 one (13 of 13 agreed), and the throughput predicted from it (its decode cycle and first-token
 time with the real acceptance) is the real one times a per-configuration factor drawn with
@@ -505,9 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--dummy-measure", type=float, default=20.0, help="s of benchmark per dummy boot"
     )
     parser.add_argument("--family", choices=["test", "tuning"], default="test")
-    parser.add_argument(
-        "--cycle-error", type=float, default=0.011, help="dummy prediction log-sd"
-    )
+    parser.add_argument("--cycle-error", type=float, default=0.011, help="dummy prediction log-sd")
     parser.add_argument("--quiet", action="store_true", help="no line per seed")
     args = parser.parse_args(argv)
     if args.trials < 1:
