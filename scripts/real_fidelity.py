@@ -44,7 +44,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from spec_sweep.node.metrics import decode_cycle
+from spec_sweep.node.ports import port_is_free
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / ".models" / "smollm2-135m"
@@ -460,18 +460,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
 # Booting and measuring (needs SGLang and a GPU)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 def _free_port(first: int) -> int:
     port = first
-    while not all(_port_free(p) for p in (port, port + 1, port + 2, port + 7, port + 10000)):
+    # the server's, its two next ones, the NCCL port (+7) and SGLang's ZMQ block (+10000)
+    offsets = (0, 1, 2, 7, 10_000)
+    while not all(port_is_free(port + offset, HOST) for offset in offsets):
         port += 20
     return port
 
