@@ -34,6 +34,13 @@ Usage (repository root, SGLang importable: `eval "$(scripts/real_session.sh env 
     python scripts/real_fidelity.py --out OUT/f --only plain eagle3-s3-k1-d4   # a subset
     python scripts/real_fidelity.py --out OUT/f --dry-run                       # print commands
     python scripts/real_fidelity.py --out OUT/f --summary                       # compare only
+    python scripts/real_fidelity.py --out OUT/f --summary --only plain ngram-d8 # some of it
+    python scripts/real_fidelity.py --out OUT/f --again plain.real  # boot again, keep the first
+
+A boot booted again (`--again`) keeps its earlier record in `OUT/repeats/`; the summary's
+`spread` compares the two boots of one configuration at one fidelity, the noise floor the
+dummy-against-real differences are read against. Each record says which host measured it
+(`host`: CPU model, GPU and its UUID): two leases of a lent GPU can be different machines.
 """
 
 from __future__ import annotations
@@ -121,7 +128,7 @@ class Config:
         tree: What its acceptance depends on: `("EAGLE3", steps, topk, draft tokens)`,
             `("NGRAM", draft tokens)`, or None without speculative decoding.
         why: The class of fact it checks (`oom-low`, `oom-high`, `rejected`, `crash`, `plain`,
-            `graph`, `memory`, `ngram`, `chain`, `tree`).
+            `graph`, `memory`, `ngram`, `chain`, `tree`, `refused`).
     """
 
     name: str
@@ -175,6 +182,15 @@ def configurations(version: str, draft: Path) -> list[Config]:
         # a tree SGLang cannot build: 0.5.17 takes the flags, then capturing the draft graphs
         # fails ("selected index k out of range"; the sweep's `rejected` trees)
         eagle(1, 2, 4, "rejected"),
+        # refused while SGLang parses its arguments: on a Hopper GPU because trtllm_mha needs
+        # Blackwell (an unsupported backend); on Blackwell because top-k > 1 is a tree that
+        # backend cannot run (speculative_hook.py: "trtllm_mha backend only supports topk = 1")
+        Config(
+            "eagle3-s2-k2-d4-trtllm",
+            (*eagle(2, 2, 4, "refused").flags, "--attention-backend", "trtllm_mha"),
+            ("EAGLE3", 2, 2, 4),
+            "refused",
+        ),
         # fewer draft tokens than steps + 1 with top-k > 1: 0.5.17's first verify fails
         # compacting the accepted path, before the server is ready
         eagle(5, 2, 4, "crash"),
@@ -446,6 +462,12 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
                 f"{g['decode_ratio_max']:.3f}), {g['n']} configurations; accept dummy "
                 f"{g['accept_dummy_median']:.2f} real {g['accept_real_median']:.2f}"
             )
+    for key, levels in summary.get("spread", {}).items():
+        parts = ", ".join(
+            f"{lv} decode {v['decode_ratio']:.3f} ttft {v['ttft_ratio']:.3f}"
+            for lv, v in levels.items()
+        )
+        lines.append(f"  again {key}: later / earlier boot {parts}")
     for part in ("cycle", "predicted", "anchored"):
         for level, errs in summary.get(part, {}).items():
             if errs.get("n"):
@@ -570,14 +592,83 @@ def boot_and_measure(
         "metrics": {k: v for k, v in metrics.items() if _KEPT.match(k)},
         "cycle_s": {f"c{k}": v for k, v in cycles.items()},
         "wall_s": time.monotonic() - started,
+        "host": host_facts(),
     }
 
 
+def host_facts() -> dict[str, str]:
+    """What tells two machines apart: the CPU model, the GPU and its UUID (two leases of a lent
+    GPU can be different hosts, and the host's speed moves a small model's cycle)."""
+    facts: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                facts["cpu"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,uuid,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.splitlines()[0]
+        facts["gpu"], facts["gpu_uuid"], facts["driver"] = (x.strip() for x in out.split(","))
+    return facts
+
+
+#: Where `--again` keeps the earlier boot of a configuration booted again (inside `--out`).
+REPEATS = "repeats"
+
+
 def load_records(out: Path) -> list[dict[str, Any]]:
-    """Every boot record in `out`."""
+    """Every boot record in `out` (the latest boot of each configuration and fidelity)."""
     return [
         json.loads(p.read_text()) for p in sorted(out.glob("*.json")) if p.name != "summary.json"
     ]
+
+
+def keep_earlier(out: Path, key: str) -> None:
+    """Move the record (and log) of `key` (`<name>.<fidelity>`) into `out/repeats/`, numbered,
+    so that the next run boots it again and the spread of the two boots can be compared."""
+    folder = out / REPEATS
+    folder.mkdir(exist_ok=True)
+    n = 1
+    while (folder / f"{key}.{n}.json").exists():
+        n += 1
+    for suffix in ("json", "log"):
+        src = out / f"{key}.{suffix}"
+        if src.exists():
+            src.rename(folder / f"{key}.{n}.{suffix}")
+
+
+def spread(
+    records: Sequence[Mapping[str, Any]], earlier: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Boot-to-boot spread at one fidelity: each earlier boot of a configuration against the
+    latest boot of the same configuration and fidelity, at every level both served (later over
+    earlier: decode cycle, time to first token, throughput). This is the noise floor any
+    dummy-against-real difference has to be read against."""
+    latest = {(r["name"], r["fidelity"]): r for r in records}
+    out: dict[str, Any] = {}
+    for first in earlier:
+        later = latest.get((first["name"], first["fidelity"]))
+        if later is None or "none" not in (first["failure_mode"], later["failure_mode"]):
+            continue
+        entry: dict[str, Any] = {}
+        for level in LEVELS:
+            a, b = _decode(first, level), _decode(later, level)
+            key = f"output_throughput_c{level}"
+            ta, tb = first["metrics"].get(key), later["metrics"].get(key)
+            if a and b and ta and tb:
+                entry[f"c{level}"] = {
+                    "decode_ratio": round(b[0] / a[0], 4),
+                    "ttft_ratio": round(b[1] / a[1], 4),
+                    "throughput_ratio": round(tb / ta, 4),
+                }
+        if entry:
+            out[f"{first['name']}.{first['fidelity']}"] = entry
+    return out
 
 
 def _boot_all(chosen: Sequence[Config], args: argparse.Namespace) -> None:
@@ -608,6 +699,10 @@ def _boot_all(chosen: Sequence[Config], args: argparse.Namespace) -> None:
         )
 
 
+def _keys(table: Mapping[str, Config]) -> set[tuple[str, str]]:
+    return {(name, fidelity) for name in table for fidelity in FIDELITIES}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`real_fidelity.py --out DIR [--version V] [--only NAME ...] [--dry-run] [--summary]`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -629,6 +724,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--dry-run", action="store_true", help="print the commands, boot nothing")
     parser.add_argument("--summary", action="store_true", help="compare what --out holds only")
+    parser.add_argument(
+        "--again",
+        nargs="+",
+        default=[],
+        metavar="NAME.FIDELITY",
+        help="boot these again (e.g. plain.real); the earlier record moves to OUT/repeats/",
+    )
     args = parser.parse_args(argv)
     if not _version_tuple(args.version) or len(_version_tuple(args.version)) < 3:
         parser.error(f"--version {args.version!r}: give an SGLang version such as 0.5.17")
@@ -657,6 +759,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"# {len(chosen)} configurations x {len(args.fidelities)} fidelities")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    wrong = [k for k in args.again if k.rpartition(".")[::2] not in _keys(table)]
+    if wrong:
+        parser.error(
+            f"--again {' '.join(wrong)}: give NAME.FIDELITY, e.g. plain.real (fidelities: "
+            f"{', '.join(FIDELITIES)})"
+        )
+    for key in [] if args.summary else args.again:
+        keep_earlier(args.out, key)
     if not args.summary:
         # a time limit's SIGTERM unwinds through boot_and_measure's `finally`: no orphaned server
         previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -664,7 +774,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _boot_all(chosen, args)
         finally:
             signal.signal(signal.SIGTERM, previous)
-    summary = compare(load_records(args.out))
+    names = {c.name for c in chosen}
+    records = [r for r in load_records(args.out) if r["name"] in names]
+    summary = compare(records)
+    earlier = [r for r in load_records(args.out / REPEATS) if r["name"] in names]
+    summary["spread"] = spread(records, earlier)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print("\n".join(summary_lines(summary)))
     return 0
