@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -533,10 +532,9 @@ def _cmd_trial(args: argparse.Namespace) -> int:
     result = backend.run(config, trial_dir=trial_dir, trial_id=trial_dir.name, state_dir=state)
     quality = _quality_record(trial_dir)
     if args.dummy_weights:
-        from spec_sweep.node.fidelity import QUALITY_NOT_JUDGED, dummy_metrics, speculative
+        from spec_sweep.node.fidelity import QUALITY_NOT_JUDGED, dummy_result
 
-        kept = dummy_metrics(result.metrics, speculative=speculative(spec, config))
-        result = dataclasses.replace(result, metrics=kept)
+        result = dummy_result(spec, config, result)
         quality = {
             "judged": False,
             "passed": None,
@@ -584,8 +582,7 @@ def _dummy_weights_spec(
 ) -> SweepSpec:
     """`trial --dummy-weights`: the spec whose boot of `config` loads no weights, refused
     (nothing launched) where a dummy boot would mean nothing or could enter a sweep's record."""
-    from spec_sweep.manifest import ManifestError, load_manifest
-    from spec_sweep.node.fidelity import dummy_weights_spec
+    from spec_sweep.node.fidelity import dummy_boot_spec
     from spec_sweep.store.paths import sweep_state_dir
 
     if args.state_dir:
@@ -599,12 +596,8 @@ def _dummy_weights_spec(
             f"--dummy-weights with --replay {args.replay}: a replayed trial boots nothing, so "
             "there are no weights to leave out: drop one of the two"
         )
-    try:  # the manifest the spec was checked against (bundled, or built for the node)
-        folder = sweep_state_dir(spec, None) / "manifests"
-        manifest = load_manifest(spec.node.sglang_version, folder=folder)
-    except ManifestError:
-        manifest = None  # flags not checked here: the server judges them
-    return dummy_weights_spec(spec, config, manifest=manifest)
+    # the manifest the spec was checked against (bundled, or built for the node)
+    return dummy_boot_spec(spec, config, manifest_dir=sweep_state_dir(spec, None) / "manifests")
 
 
 def _quality_record(trial_dir: Path) -> dict[str, Any] | None:

@@ -39,6 +39,7 @@ __all__ = [
     "NO_DRAFT_MODEL",
     "AdaptiveSpec",
     "BudgetSpec",
+    "FidelitySpec",
     "GoodputSpec",
     "NodeSpec",
     "ObjectiveSpec",
@@ -588,6 +589,64 @@ class ObjectiveSpec(_Model):
     )
 
 
+class FidelitySpec(_Model):
+    """`budget.fidelity`: which boots load the model's weights (docs/concepts/two-fidelities.md).
+
+    With `mode: two`, search trials boot with dummy weights (`--load-format dummy`: whether a
+    configuration boots and what a decode cycle costs, without the weight load), a speculative
+    tree's accept length comes from real boots of a few configurations, the searcher is told
+    the objective predicted from both, and after the search the top configurations by
+    predicted value are booted with real weights before the confirmation. The recommendation
+    is always a configuration measured with real weights.
+    """
+
+    mode: Literal["real", "two"] = Field(
+        "real",
+        description="'real': every boot loads the weights; 'two': search trials boot with dummy "
+        "weights, acceptance and the top configurations with real ones (objective "
+        "output_throughput at concurrency 1 only).",
+    )
+    accept_boots: int = Field(
+        4,
+        ge=0,
+        description="The first N distinct speculative trees whose dummy boot came up are booted "
+        "again with real weights, for their accept length.",
+    )
+    accept_cap: int = Field(
+        10,
+        ge=0,
+        description="At most this many distinct trees booted with real weights for their "
+        "acceptance during the search.",
+    )
+    accept_margin: float = Field(
+        0.9,
+        gt=0.0,
+        le=1.0,
+        description="After the first accept_boots trees: a new tree is booted for real when its "
+        "predicted value is at least this share of the best predicted so far.",
+    )
+    promote: int = Field(
+        3,
+        ge=0,
+        description="After the search: real boots of the top N configurations by predicted "
+        "value not yet booted with real weights (then the confirmation).",
+    )
+
+    @model_validator(mode="after")
+    def _cap(self) -> Self:
+        if self.accept_cap < self.accept_boots:
+            raise ValueError(
+                f"accept_cap {self.accept_cap} is below accept_boots {self.accept_boots}: set "
+                f"accept_cap to at least {self.accept_boots}"
+            )
+        return self
+
+    @property
+    def two(self) -> bool:
+        """Whether search trials boot with dummy weights."""
+        return self.mode == "two"
+
+
 class BudgetSpec(_Model):
     """`budget`: how many trials, how many at once, and time limits."""
 
@@ -647,6 +706,12 @@ class BudgetSpec(_Model):
     )
     patience: int = Field(
         10, gt=0, description="With until: converged, trials that must have brought nothing."
+    )
+    fidelity: FidelitySpec = Field(
+        default_factory=FidelitySpec,
+        description="Two fidelities: search trials on dummy-weight boots, acceptance and the top "
+        "configurations on real ones (off by default; docs/concepts/two-fidelities.md). "
+        "`trials` then counts every search trial, dummy and real.",
     )
 
     @model_validator(mode="after")

@@ -37,6 +37,7 @@ from spec_sweep.manifest import (
 )
 from spec_sweep.node.prompts import prompt_format
 from spec_sweep.node.sglang_env import build_manifest, find_sglang
+from spec_sweep.search.fidelity import fidelity_problems
 from spec_sweep.spec import (
     AUTO_VERSION,
     DRAFT_PATH,
@@ -404,6 +405,8 @@ def _check_semantics(path: Path, spec: SweepSpec, *, manifest: FlagManifest | No
         fail(field, message)
     _check_baseline(fail, spec)
     _check_objective(fail, spec)
+    for field, message in fidelity_problems(spec):  # budget.fidelity.mode: two
+        fail(field, message)
     if spec.searcher.kind == "grid":
         for key, param in params.items():
             if param.kind == "float" and param.step is None:

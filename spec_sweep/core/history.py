@@ -7,7 +7,8 @@ finished record of each trial; which search trials were measured, which meet the
 constraints, their ranking and the best; the baseline; the attempts of a trial; and the
 trials a resumed sweep runs again. The ranking rule is here and nowhere else: measured (no
 failure, objective known), then meeting the constraints before breaking them, then the
-objective in its direction, the earlier trial first on a tie. The terminal summary, the
+objective in its direction, the earlier trial first on a tie; a boot with dummy weights
+(`budget.fidelity.mode: two`, `is_dummy`) is never measured. The terminal summary, the
 report, the MLflow trials view (through `rank_metrics`) and the confirmation plan all rank
 with it. Standard library and the spec only.
 """
@@ -19,13 +20,13 @@ from functools import cached_property
 
 from spec_sweep.core.config import Config, config_key
 from spec_sweep.core.ids import BASELINE_ID, is_repeat, next_index, repeat_number, repeated_of
-from spec_sweep.core.names import ranked_metric
+from spec_sweep.core.names import FIDELITY_DUMMY, TAG_FIDELITY, ranked_metric
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.spec import SweepSpec
 
-__all__ = ["History", "Rerun", "rank_metrics"]
+__all__ = ["History", "Rerun", "is_dummy", "rank_metrics"]
 
 #: A trial to run again: its id, configuration and attempt number.
 Rerun = tuple[str, Config, int]
@@ -77,8 +78,9 @@ class History:
 
     # -- measured, feasible, ranked ------------------------------------------------------------
     def value(self, record: TrialRecord) -> float | None:
-        """The objective value of a measured trial (None for a failed one)."""
-        if record.failure_mode is not FailureMode.NONE:
+        """The objective value of a measured trial (None for a failed one, and for a boot with
+        dummy weights, which measures no objective: `budget.fidelity`)."""
+        if record.failure_mode is not FailureMode.NONE or is_dummy(record):
             return None
         return self.objective.value(record.metrics)
 
@@ -124,7 +126,7 @@ class History:
 
     def rank_metrics(self, record: TrialRecord) -> dict[str, float]:
         """The metric the MLflow trials view sorts on (`rank_metrics`) of a finished record."""
-        if record.failure_mode is None:
+        if record.failure_mode is None or is_dummy(record):
             return {}
         return rank_metrics(self.objective, record.trial_id, record.failure_mode, record.metrics)
 
@@ -201,6 +203,13 @@ class History:
             self.spec,
             [r.with_metrics(added[r.run_id]) if r.run_id in added else r for r in self.records],
         )
+
+
+def is_dummy(record: TrialRecord) -> bool:
+    """Whether a record is a boot with dummy weights (`budget.fidelity.mode: two`): its failure
+    is the configuration's, but it measured no objective, so it is never measured, ranked,
+    confirmed or recommended."""
+    return record.tags.get(TAG_FIDELITY) == FIDELITY_DUMMY
 
 
 def rank_metrics(

@@ -21,6 +21,7 @@ __all__ = [
     "SPEEDUP_METRIC",
     "best_metric",
     "level_of",
+    "predicted_metric",
     "ranked_metric",
 ]
 
@@ -82,6 +83,13 @@ TAG_FIDELITY = "spec_sweep.fidelity"
 FIDELITY_REAL = "real"
 #: The value of `TAG_FIDELITY` on a boot with random weights (`--load-format dummy`).
 FIDELITY_DUMMY = "dummy"
+#: On a sweep trial of `budget.fidelity.mode: two`, why it was booted with the model's weights:
+#: `acceptance` (to measure its tree's accept length), `promoted` (after the search, among the
+#: top by predicted value). A sweep's dummy-weight trials carry `TAG_FIDELITY` `dummy`.
+TAG_FIDELITY_ROLE = "spec_sweep.fidelity_role"
+#: The values of `TAG_FIDELITY_ROLE`.
+ROLE_ACCEPTANCE = "acceptance"
+ROLE_PROMOTED = "promoted"
 #: On a confirmation boot (or baseline re-measure): the trial id it repeats.
 TAG_CONFIRMS = "spec_sweep.confirms"
 # The parent run's verdict (docs/design.md, "Confirmation").
@@ -233,6 +241,19 @@ TAG_PREDICTED = "spec_sweep.predicted"
 TAG_SGLANG_VERSION = "spec_sweep.sglang_version"
 #: Key of a Tune trial config: a proposal the searcher predicts to fail (the reason).
 CONFIG_PREDICTED = "__spec_sweep_predicted"
+#: Key of a Tune trial config: the weights its boot loads (`FIDELITY_REAL`, `FIDELITY_DUMMY`).
+CONFIG_FIDELITY = "__spec_sweep_fidelity"
+#: Key of a Tune trial config: why a real boot of `budget.fidelity.mode: two` runs
+#: (`TAG_FIDELITY_ROLE`).
+CONFIG_FIDELITY_ROLE = "__spec_sweep_fidelity_role"
+
+
+def predicted_metric(objective: str) -> str:
+    """On a dummy-weight trial that came up: the objective predicted from its decode cycle and
+    time to first token with its tree's real (or fitted) accept length (`predicted_<metric>`)."""
+    return f"predicted_{objective}"
+
+
 #: 1 on a trial that booted as a client of SGLang's weight-cache daemon (`node.weight_cache`).
 WEIGHT_CACHE_METRIC = "weight_cache_client"
 #: Where each trial's boot went, as the replay table carries it (`store.replay`): the phases,

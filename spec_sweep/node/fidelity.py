@@ -13,15 +13,20 @@ accepts every draft token), nor its greedy text, nor a speculative configuration
 So `dummy_metrics` drops what a dummy boot cannot tell: the accept lengths and the quality
 gate's metrics, and for a speculative configuration everything that follows from its acceptance
 (throughput, its intervals, decode speed, inter-token latency, cost per token).
+`dummy_boot_spec` and `dummy_result` are the one way `spec-sweep trial --dummy-weights` and a
+sweep's dummy-weight trials (`budget.fidelity.mode: two`) boot and keep a dummy boot.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from spec_sweep.core.outcome import TrialResult
 from spec_sweep.errors import SpecError
-from spec_sweep.manifest import FlagManifest
+from spec_sweep.manifest import FlagManifest, ManifestError, load_manifest
 from spec_sweep.node.command import draft_model
 from spec_sweep.spec import SweepSpec
 from spec_sweep.spec_metrics import INTERVAL_NAMES, LEVEL_METRICS, QUALITY_METRICS
@@ -31,7 +36,9 @@ __all__ = [
     "DUMMY_TELLS",
     "LOAD_FORMAT",
     "QUALITY_NOT_JUDGED",
+    "dummy_boot_spec",
     "dummy_metrics",
+    "dummy_result",
     "dummy_weights_spec",
     "speculative",
 ]
@@ -134,3 +141,22 @@ def dummy_metrics(metrics: Mapping[str, float], *, speculative: bool) -> dict[st
         for name, value in metrics.items()
         if not any(name == base or name.startswith(f"{base}_c") for base in dropped)
     }
+
+
+def dummy_boot_spec(
+    spec: SweepSpec, config: Mapping[str, Any], *, manifest_dir: Path | None
+) -> SweepSpec:
+    """`dummy_weights_spec` with the flag manifest of the spec's SGLang version (bundled, or
+    built for the node under `manifest_dir`); without one the flags go out under SGLang's own
+    names and the server judges them."""
+    try:
+        manifest = load_manifest(spec.node.sglang_version, folder=manifest_dir)
+    except ManifestError:
+        manifest = None
+    return dummy_weights_spec(spec, config, manifest=manifest)
+
+
+def dummy_result(spec: SweepSpec, config: Mapping[str, Any], result: TrialResult) -> TrialResult:
+    """A dummy-weight boot's result with only the metrics it can tell (`dummy_metrics`)."""
+    kept = dummy_metrics(result.metrics, speculative=speculative(spec, config))
+    return dataclasses.replace(result, metrics=kept)

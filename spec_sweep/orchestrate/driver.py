@@ -61,6 +61,12 @@ def sweep(
         failure_aware: Let failures teach the sampler (off only for measurements).
         report: Build the report at the end and log it to the parent run.
     """
+    if spec.budget.fidelity.two and not backend.launches:
+        raise SpecError(
+            "budget.fidelity.mode: 'two' with --replay: a replayed trial boots nothing, so no "
+            "boot loads dummy weights and no acceptance is measured: set budget.fidelity.mode: "
+            "real, or run on the node (or --simulate)"
+        )
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")

@@ -11,12 +11,16 @@ decision is a question to that history:
 - search: batches of the searcher's proposals through Ray Tune (`tune.fit`), until the budget
   is spent or the space exhausted, with the baseline booted again every
   `budget.remeasure_every` trials;
+- promote: with `budget.fidelity.mode: two` (search trials on dummy-weight boots, wrapped in
+  `search.fidelity.TwoFidelitySource`), real boots of the top configurations by predicted
+  value (`search.fidelity.promotions`), so the confirmation and the verdict see real boots only;
 - adapt: with a concurrency list, the adaptive configuration built from the search's per-level
   results and the best static configurations, booted as `core.adaptive_judge.plan_adaptive`
   asks (`SweepRun.adapt`), before the confirmation so those boots count for both;
 - confirm: the boots `core.confirm.plan` asks for, batch after batch, until it asks for none;
 - finish: servers left behind are stopped and unfinished runs closed, speed-ups (and the
-  ranking metric) missing from trials that ran before the baseline was measured are filled in,
+  ranking metric) missing from trials that ran before the baseline was measured are filled in
+  (and, with two fidelities, each dummy trial's `predicted_<objective>`),
   the verdict is judged, the report published and the parent run closed with the final
   metrics (FINISHED when the sweep is complete, KILLED when it can resume).
 
@@ -42,9 +46,9 @@ from spec_sweep.core.adaptive_judge import adaptive_metrics, adaptive_tags, plan
 from spec_sweep.core.adaptive_rules import CONFIG_FILE
 from spec_sweep.core.config import baseline_config
 from spec_sweep.core.confirm import Repeat, plan, remeasure_due
-from spec_sweep.core.history import History, Rerun
+from spec_sweep.core.history import History, Rerun, is_dummy
 from spec_sweep.core.hours import hours_metrics, node_hours
-from spec_sweep.core.ids import BASELINE_ID, repeated_of
+from spec_sweep.core.ids import BASELINE_ID, next_index, repeated_of
 from spec_sweep.core.loads import lost_attempt_seconds
 from spec_sweep.core.names import (
     SPEEDUP_METRIC,
@@ -53,6 +57,7 @@ from spec_sweep.core.names import (
     TAG_VERDICT,
     TAG_VERDICT_REASON,
     TAG_WINNER,
+    predicted_metric,
 )
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import kill_tags
@@ -65,6 +70,14 @@ from spec_sweep.orchestrate.sweep_outcome import SweepOutcome
 from spec_sweep.orchestrate.trainable import TrialContext
 from spec_sweep.orchestrate.tune import Batch, ConfirmQueue, EnvironmentStop, Interrupt, fit
 from spec_sweep.present.live import SweepProgress
+from spec_sweep.search.fidelity import (
+    FidelityProposal,
+    TwoFidelitySource,
+    acceptance_of,
+    predicted_values,
+    promotions,
+    resume,
+)
 from spec_sweep.search.searcher import SweepSearcher
 from spec_sweep.spec import SweepSpec
 from spec_sweep.store.state import SweepState
@@ -151,6 +164,7 @@ class SweepRun:
         )
         try:
             self.search(outcome)
+            self.promote(outcome)
             self.adapt(outcome)
             self.confirm(outcome)
         except BaseException:
@@ -202,13 +216,24 @@ class SweepRun:
         if remaining <= 0:
             return
         start = self.history
+        told = [r for r in start.finished.values() if r.search]
+        resumed = resume(spec, start) if budget.fidelity.two else None
+        first = start.next_index
+        if resumed is not None:  # dummy trials told their predicted objective
+            told = resumed.told
+            first = next_index([r.trial_id for r in start.search] + resumed.queued_ids)
         searcher = SweepSearcher(
             spec,
-            history=[r for r in start.finished.values() if r.search],
+            history=told,
             requeue=self._requeue[:remaining],
-            next_index=start.next_index,
+            next_index=first,
             failure_aware=self.options.failure_aware,
         )
+        source: SweepSearcher | TwoFidelitySource = searcher
+        if resumed is not None:
+            source = TwoFidelitySource(
+                searcher, resumed.fidelity, queued=resumed.queued, tried=resumed.tried
+            )
         every = budget.remeasure_every
         while True:
             now = self.history
@@ -216,11 +241,11 @@ class SweepRun:
             due = remeasure_due(now)
             if due is not None:  # the baseline again, every `remeasure_every` trials
                 self._progress_note("re-measuring the baseline (drift check)")
-                batch: SweepSearcher | ConfirmQueue = ConfirmQueue([due])
+                batch: SweepSearcher | TwoFidelitySource | ConfirmQueue = ConfirmQueue([due])
                 samples = 1
-            elif left > 0 and not searcher.exhausted:
+            elif left > 0 and not source.exhausted:
                 searched_now = budget.trials - left
-                batch = searcher
+                batch = source
                 samples = left if every is None else min(left, every - searched_now % every)
             else:
                 break
@@ -229,10 +254,27 @@ class SweepRun:
             after = self._fit(outcome, batch, samples)
             if outcome.interrupted or outcome.environment or len(after) == len(now):
                 break  # stopped, or a batch that recorded nothing (Tune gave up)
-        outcome.exhausted = searcher.exhausted
+        outcome.exhausted = source.exhausted
         outcome.study = searcher.study
         if searcher.converged is not None and searcher.converged.converged:
             outcome.converged = searcher.converged.reason
+
+    def promote(self, outcome: SweepOutcome) -> None:
+        """With `budget.fidelity.mode: two`, after the search: real boots of the top
+        configurations by predicted value that no real boot measured yet
+        (`search.fidelity.promotions`), so the confirmation ranks real boots only."""
+        spec = self.spec
+        if not spec.budget.fidelity.two:
+            return
+
+        def note(boots: Sequence[FidelityProposal]) -> str:
+            ids = ", ".join(b.trial_id for b in boots)
+            return (
+                f"promoting: {len(boots)} real-weight boot(s) ({ids}) of the top configurations "
+                "by predicted value"
+            )
+
+        self._boot_batches(outcome, lambda history: promotions(spec, history), note)
 
     def adapt(self, outcome: SweepOutcome) -> None:
         """With a concurrency list, after the search: boot the adaptive configuration and the
@@ -273,8 +315,8 @@ class SweepRun:
     def _boot_batches(
         self,
         outcome: SweepOutcome,
-        planner: Callable[[History], Sequence[Repeat]],
-        note: Callable[[Sequence[Repeat]], str],
+        planner: Callable[[History], Sequence[Any]],
+        note: Callable[[Sequence[Any]], str],
     ) -> None:
         """Once the search is over: the boots `planner` asks of the record, batch after batch
         through the trial path, until it asks for none (or the deadline, an interrupt, an
@@ -309,7 +351,10 @@ class SweepRun:
     def finish(self, outcome: SweepOutcome) -> SweepOutcome:
         """Fill in what trials missed, judge, report and close the parent run."""
         spec, tracker = self.spec, self.tracker
-        history = self.history.with_metrics(_backfill(tracker, self.history))
+        added = _backfill(tracker, self.history)
+        if spec.budget.fidelity.two:
+            added |= _log_predicted(tracker, spec, self.history)
+        history = self.history.with_metrics(added)
         outcome.history = history
         done = history.done
         outcome.new_trials = len(done) - self._started_with
@@ -319,7 +364,12 @@ class SweepRun:
         outcome.out_of_time = (
             _past(self._deadline)
             and not outcome.interrupted
-            and (not complete or bool(plan(history)) or bool(plan_adaptive(history)))
+            and (
+                not complete
+                or bool(plan(history))
+                or bool(plan_adaptive(history))
+                or (spec.budget.fidelity.two and bool(promotions(spec, history)))
+            )
         )
         complete = complete and not outcome.out_of_time
         outcome.verdict = verdict(history)
@@ -397,8 +447,8 @@ def _backfill(tracker: Tracker, history: History) -> dict[str, dict[str, float]]
     base = history.baseline
     added: dict[str, dict[str, float]] = {}
     for record in history.finished.values():
-        if record.failure_mode is not FailureMode.NONE:
-            continue
+        if record.failure_mode is not FailureMode.NONE or is_dummy(record):
+            continue  # a dummy-weight boot measured no objective: no speed-up, no rank
         missing: dict[str, float] = {}
         measured_base = base is not None and base.failure_mode is FailureMode.NONE
         if measured_base and SPEEDUP_METRIC not in record.metrics:
@@ -409,6 +459,23 @@ def _backfill(tracker: Tracker, history: History) -> dict[str, dict[str, float]]
         if missing:
             tracker.log_metrics(record.run_id, missing)
             added[record.run_id] = missing
+    return added
+
+
+def _log_predicted(
+    tracker: Tracker, spec: SweepSpec, history: History
+) -> dict[str, dict[str, float]]:
+    """Log `predicted_<objective>` on each dummy-weight trial that came up: the objective its
+    decode cycle and first-token time predict with the acceptance every real boot measured by
+    the end (`search.fidelity`). Returns what was logged."""
+    name = predicted_metric(spec.objective.metric)
+    values = predicted_values(acceptance_of(spec, history), history)
+    added: dict[str, dict[str, float]] = {}
+    for record in history.done:
+        value = values.get(record.trial_id)
+        if value is not None and record.metrics.get(name) != value:
+            tracker.log_metrics(record.run_id, {name: value})
+            added[record.run_id] = {name: value}
     return added
 
 

@@ -40,6 +40,7 @@ from spec_sweep.errors import SpecError, TrialError
 from spec_sweep.node.backends import TrialBackend
 from spec_sweep.node.classify import killed_unexplained
 from spec_sweep.node.command import ServerCommand, build_command
+from spec_sweep.node.fidelity import dummy_boot_spec, dummy_result
 from spec_sweep.node.server import kill_recorded_servers
 from spec_sweep.orchestrate.cluster import node_id
 from spec_sweep.present.names import run_name
@@ -87,21 +88,28 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
     trial_id = str(config.pop(names.CONFIG_TRIAL_ID))
     attempt = int(config.pop(names.CONFIG_ATTEMPT, 1))
     predicted = config.pop(names.CONFIG_PREDICTED, None)
+    fidelity = config.pop(names.CONFIG_FIDELITY, None)  # None: one fidelity, real weights
+    role = config.pop(names.CONFIG_FIDELITY_ROLE, None)
     spec = ctx.backend.spec
     _fill_secrets(spec)
     cfg = normalize_config(spec, config)
     tracker = ctx.tracker
     repeat = is_repeat(trial_id)  # a confirmation boot: the same configuration, booted again
+    # With two fidelities a real boot of a configuration booted with dummy weights is a new
+    # measurement, never answered from the dummy record (nor a dummy boot from a real one).
+    weights = None if fidelity is None else str(fidelity)
     done = (
         tracker.finished_trial_by_id(ctx.parent_run_id, trial_id)
         if repeat
-        else tracker.finished_trial_by_config(ctx.parent_run_id, cfg)
+        else tracker.finished_trial_by_config(ctx.parent_run_id, cfg, fidelity=weights)
     )
     if done is not None:  # finished before a crash of the driver: answered from the record
         return _report(
             trial_id, done.failure_mode, done.metrics, done.reason, True,
             time_record_s=time.monotonic() - t0,
         )  # fmt: skip
+    dummy = weights == names.FIDELITY_DUMMY
+    tags = _fidelity_tags(weights, role)
     saved = _saved_result(ctx, trial_id, cfg)
     if saved is not None:
         # It ran and its outcome was saved, but recording failed or the driver died before it
@@ -110,27 +118,34 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
         result, run_id, folder = saved
         if tracker.run_status(run_id) != "RUNNING":
             tracker.reopen_run(run_id)
-        return _finish(ctx, run_id, result, folder, t0=t0)
+        return _finish(ctx, run_id, result, folder, t0=t0, dummy=dummy)
     here = node_id()
     # Whatever an earlier attempt left on this node goes first (a trial holds the whole node).
     kill_recorded_servers(ctx.trials_dir, node_id=here)
     attempt = _close_lost(ctx, trial_id, attempt)
     fingerprint = ctx.backend.fingerprint()
     if predicted:  # SGLang's own memory rule says it cannot boot: recorded, never launched
-        return _predicted(ctx, trial_id, cfg, attempt, fingerprint, str(predicted))
-    if spec.budget.reuse and not repeat:
+        return _predicted(ctx, trial_id, cfg, attempt, fingerprint, str(predicted), tags=tags)
+    if spec.budget.reuse and not repeat and not dummy:
         earlier = tracker.find_reusable(fingerprint, cfg, exclude_parent=ctx.parent_run_id)
         if earlier is not None:
-            report = _reuse(ctx, trial_id, cfg, attempt, fingerprint, earlier)
+            report = _reuse(ctx, trial_id, cfg, attempt, fingerprint, earlier, tags=tags)
             return _timed(report, record_s=time.monotonic() - t0)
+    backend = ctx.backend
+    if dummy:  # random weights of the real shapes, nothing read (`node.fidelity`)
+        manifests = ctx.state_dir / "manifests"
+        boot_spec = dummy_boot_spec(spec, cfg, manifest_dir=manifests)
+        backend = replace(backend, spec=boot_spec)  # type: ignore[type-var]
     # A replayed trial runs nothing worth watching: no system metrics.
-    run_id = _open(ctx, trial_id, cfg, attempt, fingerprint, system_metrics=ctx.backend.launches)
+    run_id = _open(ctx, trial_id, cfg, attempt, fingerprint, system_metrics=backend.launches)
+    if tags:
+        tracker.set_tags(run_id, tags)
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / names.RUN_ID_FILE).write_text(run_id)
     record_s = time.monotonic() - t0
     try:
-        result = ctx.backend.run(
+        result = backend.run(
             cfg, trial_dir=trial_dir, trial_id=trial_id, node_id=here, state_dir=ctx.state_dir
         )
     except Exception as exc:
@@ -149,8 +164,22 @@ def _run(config: dict[str, Any], ctx: TrialContext) -> TrialReport:
         why = f"{result.reason} (server log: {result.log_path})"
         tracker.kill_run(run_id, tags=kill_tags(why, failure_mode=FailureMode.ENVIRONMENT))
         return TrialReport(trial_id=trial_id, interrupted=True, environment=why, reason=why)
+    if dummy:  # only what a dummy boot can tell is kept, saved and recorded
+        result = dummy_result(spec, cfg, result)
     (trial_dir / names.RESULT_FILE).write_text(json.dumps(result.to_dict()))
-    return _finish(ctx, run_id, result, trial_dir, t0=time.monotonic(), spent_s=record_s)
+    return _finish(
+        ctx, run_id, result, trial_dir, t0=time.monotonic(), spent_s=record_s, dummy=dummy
+    )
+
+
+def _fidelity_tags(fidelity: str | None, role: object) -> dict[str, str]:
+    """The tags of a trial of a two-fidelity sweep: its weights, and why a real one runs."""
+    if fidelity is None:
+        return {}
+    tags = {names.TAG_FIDELITY: fidelity}
+    if role:
+        tags[names.TAG_FIDELITY_ROLE] = str(role)
+    return tags
 
 
 def _fill_secrets(spec: SweepSpec) -> None:
@@ -174,13 +203,20 @@ def _fill_secrets(spec: SweepSpec) -> None:
 
 
 def _predicted(
-    ctx: TrialContext, trial_id: str, config: Config, attempt: int, fingerprint: str, why: str
+    ctx: TrialContext,
+    trial_id: str,
+    config: Config,
+    attempt: int,
+    fingerprint: str,
+    why: str,
+    *,
+    tags: Mapping[str, str],
 ) -> TrialReport:
     """Record a trial SGLang's memory rule says cannot boot (`core.memory`) as a predicted
     `oom`, without launching anything: tagged `spec_sweep.predicted`, no node time spent."""
     t0 = time.monotonic()
     run_id = _open(ctx, trial_id, config, attempt, fingerprint, system_metrics=False)
-    ctx.tracker.set_tags(run_id, {names.TAG_PREDICTED: "sglang memory rule"})
+    ctx.tracker.set_tags(run_id, {**tags, names.TAG_PREDICTED: "sglang memory rule"})
     trial_dir = ctx.trials_dir / trial_id / f"attempt{attempt}"
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / names.RUN_ID_FILE).write_text(run_id)
@@ -269,12 +305,18 @@ def _finish(
     *,
     t0: float,
     spent_s: float = 0.0,
+    dummy: bool = False,
 ) -> TrialReport:
-    """Record a saved outcome (a few tries); a store that keeps failing raises `TrialError`."""
+    """Record a saved outcome (a few tries); a store that keeps failing raises `TrialError`.
+    A dummy-weight boot gets no speed-up and no ranking metric: it measured no objective."""
     error: Exception | None = None
     for attempt in range(_RECORD_TRIES):
         try:
-            metrics = _derived(ctx, result.trial_id, result.failure_mode, result.metrics)
+            metrics = (
+                dict(result.metrics)
+                if dummy
+                else _derived(ctx, result.trial_id, result.failure_mode, result.metrics)
+            )
             _record(ctx.tracker, run_id, result, metrics, trial_dir)
             break
         except Exception as exc:
@@ -320,10 +362,14 @@ def _reuse(
     attempt: int,
     fingerprint: str,
     earlier: TrialRecord,
+    *,
+    tags: Mapping[str, str],
 ) -> TrialReport:
     """Answer a trial from a measurement made by an earlier sweep on the same node fingerprint."""
     spec, tracker = ctx.backend.spec, ctx.tracker
     run_id = _open(ctx, trial_id, config, attempt, fingerprint, system_metrics=False)
+    if tags:
+        tracker.set_tags(run_id, dict(tags))
     mode = earlier.failure_mode or FailureMode.CRASH
     derived = {names.SPEEDUP_METRIC, names.ranked_metric(spec.objective.metric)}
     kept = {k: v for k, v in earlier.metrics.items() if k not in derived}

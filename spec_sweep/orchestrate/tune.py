@@ -2,10 +2,11 @@
 
 This module owns `fit`, which runs a batch of trials through a `Tuner` over
 `trainable.run_and_record`, and the small adapters Tune needs: a `Searcher` that hands a
-`ProposalSource`'s proposals (the Optuna searcher's, or a queue of planned confirmation boots)
-to Tune and the trials' `TrialReport`s back; a stopper for Ctrl-C; a callback that stops the
-sweep when a trial finds the node unable to start any server; and a callback that feeds the
-live table. Tune's own experiment snapshot is never used to resume (the MLflow record is).
+`ProposalSource`'s proposals (the Optuna searcher's, the two-fidelity source's, or a queue of
+planned boots) to Tune, with the weights each boot loads, and the trials' `TrialReport`s
+back; a stopper for Ctrl-C; a callback that stops the sweep when a trial finds the node unable
+to start any server; and a callback that feeds the live table. Tune's own experiment snapshot
+is never used to resume (the MLflow record is).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ class _Proposal(Protocol):
 
 
 class ProposalSource(Protocol):
-    """What proposes a batch's trials: `search.searcher.SweepSearcher`, or a `ConfirmQueue`."""
+    """What proposes a batch's trials: `search.searcher.SweepSearcher`,
+    `search.fidelity.TwoFidelitySource`, or a `ConfirmQueue`."""
 
     @property
     def exhausted(self) -> bool: ...
@@ -84,6 +86,7 @@ class _TuneSearcher(Searcher):
     def __init__(self, source: ProposalSource, spec: SweepSpec) -> None:
         super().__init__(metric=spec.objective.metric, mode=spec.objective.mode)
         self._sweep = source
+        self._fidelity_tagged = spec.budget.fidelity.two
 
     def set_search_properties(
         self, metric: str | None, mode: str | None, config: dict[str, Any], **spec: Any
@@ -105,6 +108,11 @@ class _TuneSearcher(Searcher):
         predicted = getattr(proposal, "predicted", None)  # SGLang's memory rule: no boot
         if predicted:
             config[names.CONFIG_PREDICTED] = predicted
+        if self._fidelity_tagged:  # budget.fidelity.mode: two (a confirmation boot: real)
+            config[names.CONFIG_FIDELITY] = getattr(proposal, "fidelity", names.FIDELITY_REAL)
+            role = getattr(proposal, "role", None)
+            if role:
+                config[names.CONFIG_FIDELITY_ROLE] = role
         return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -174,7 +182,8 @@ class _ProgressCallback(Callback):
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
         if self.progress is not None:
-            self.progress.started(_trial_id(trial), _clean(trial.config))
+            fidelity = trial.config.get(names.CONFIG_FIDELITY)
+            self.progress.started(_trial_id(trial), _clean(trial.config), fidelity=fidelity)
 
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any

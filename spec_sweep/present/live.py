@@ -21,7 +21,7 @@ from rich.table import Table
 
 from spec_sweep.core.config import Config
 from spec_sweep.core.ids import is_repeat
-from spec_sweep.core.names import SPEEDUP_METRIC
+from spec_sweep.core.names import FIDELITY_DUMMY, SPEEDUP_METRIC
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import TrialReport
 from spec_sweep.core.record import TrialRecord
@@ -42,6 +42,7 @@ class _Row:
     ended: float | None = None
     mode: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    dummy: bool = False
 
 
 class SweepProgress:
@@ -91,10 +92,11 @@ class SweepProgress:
             )
         self._refresh()
 
-    def started(self, trial_id: str, config: Config) -> None:
-        """A trial was launched."""
+    def started(self, trial_id: str, config: Config, *, fidelity: str | None = None) -> None:
+        """A trial was launched (`fidelity`: `dummy` on a boot with dummy weights, whose value
+        is never the best and whose row says so)."""
         with self._lock:
-            self._rows[trial_id] = _Row(trial_id, config)
+            self._rows[trial_id] = _Row(trial_id, config, dummy=fidelity == FIDELITY_DUMMY)
         self._refresh()
 
     def finished(self, trial_id: str, report: TrialReport) -> None:
@@ -156,6 +158,7 @@ class SweepProgress:
             (row, value)
             for row in self._rows.values()
             if row.mode == "none"
+            and not row.dummy
             and not is_repeat(row.trial_id)
             and (value := objective.value(row.metrics)) is not None
             and objective.meets(row.metrics)
@@ -171,7 +174,9 @@ class SweepProgress:
         up = row.metrics.get(SPEEDUP_METRIC)
         up_text = f" x{up:.3f}" if up is not None else ""
         mode = row.mode or "?"
-        return f"{row.trial_id} {mode:<15} {shown}{up_text}  {config_summary(row.config)}"
+        weights = " [dummy weights]" if row.dummy else ""
+        line = f"{row.trial_id} {mode:<15} {shown}{up_text}  {config_summary(row.config)}"
+        return line + weights
 
     def _render(self) -> Table:
         spec = self._spec
@@ -179,6 +184,9 @@ class SweepProgress:
         best = self._best()
         done = sum(1 for r in self._rows.values() if r.state != "running")
         title = f"{spec.name if spec else ''}: {done}/{spec.budget.trials if spec else '?'} trials"
+        if spec is not None and spec.budget.fidelity.two:
+            dummies = sum(1 for r in self._rows.values() if r.dummy and r.state != "running")
+            title += f" ({dummies} with dummy weights; the budget counts both fidelities)"
         if best is not None:
             title += f" | best {best.trial_id}: {best.metrics[metric]:.4g}"
         table = Table(title=title, expand=False)
@@ -190,6 +198,8 @@ class SweepProgress:
             state = row.state
             if state == "running":
                 state = f"running {time.monotonic() - row.started:.0f}s"
+            if row.dummy:
+                state += " (dummy)"
             style = "green" if best is row else ("red" if row.mode not in ("", "none") else "")
             table.add_row(
                 row.trial_id,

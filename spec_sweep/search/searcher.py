@@ -356,6 +356,12 @@ class SweepSearcher:
         self._ids[key] = our_id
         return Proposal(trial_id=our_id, attempt=attempt, params=params, config=config)
 
+    def reserve_id(self) -> str:
+        """A new search trial id, never proposed (a two-fidelity sweep's acceptance boot)."""
+        our_id = trial_name(self._next_index)
+        self._next_index += 1
+        return our_id
+
     def _launchable(self, config: Config) -> Config | None:
         """What to launch for `config` after SGLang's tree rules (None: rejected or seen)."""
         if config_key(config) in self._seen:

@@ -484,9 +484,11 @@ class Tracker:
         )
 
     def finished_trial_by_config(
-        self, parent_run_id: str, config: Mapping[str, Any]
+        self, parent_run_id: str, config: Mapping[str, Any], *, fidelity: str | None = None
     ) -> TrialRecord | None:
-        """A finished trial of this sweep with exactly this configuration, if any."""
+        """A finished trial of this sweep with exactly this configuration, if any; with
+        `fidelity`, one booted with those weights only (a record without the tag is `real`):
+        a real boot of a configuration booted with dummy weights is not answered by that."""
         runs = self._search(
             f"tags.`{names.TAG_PARENT}` = '{parent_run_id}' and "
             f"tags.`{names.TAG_CONFIG_HASH}` = '{config_hash(config)}' and "
@@ -494,6 +496,9 @@ class Tracker:
         )
         for run in runs:
             record = self._record(run)
+            weights = record.tags.get(names.TAG_FIDELITY, names.FIDELITY_REAL)
+            if fidelity is not None and weights != fidelity:
+                continue
             if record.finished and config_key(record.config) == config_key(config):
                 return record
         return None
@@ -505,7 +510,8 @@ class Tracker:
 
         Only outcomes that asking again would not change count (`REUSABLE_MODES`: measured,
         OOM, assertion, unsupported, invalid arguments). Reused records themselves are skipped
-        (the original measurement is returned), and so are the trials of `exclude_parent`.
+        (the original measurement is returned), and so are boots with dummy weights and the
+        trials of `exclude_parent`.
         """
         experiments = [e.experiment_id for e in self.client.search_experiments()]
         if not experiments:
@@ -524,6 +530,7 @@ class Tracker:
                 record.finished
                 and record.failure_mode in REUSABLE_MODES
                 and names.TAG_REUSED not in record.tags
+                and record.tags.get(names.TAG_FIDELITY) != names.FIDELITY_DUMMY
                 and record.tags.get(names.TAG_PARENT) != exclude_parent
                 and config_key(record.config) == config_key(config)
             ):
