@@ -707,7 +707,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     """Write every finished trial as a row of a replay table."""
     spec = _load(args)
-    from spec_sweep.core.history import History
+    from spec_sweep.core.history import History, is_dummy
     from spec_sweep.store.replay import export_columns, export_rows, write_csv
     from spec_sweep.store.sweeps import find_sweep
 
@@ -718,10 +718,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         allow_insecure_tracking=args.allow_insecure_tracking,
     )
     # One row per searched configuration, then (--repeats) one per confirmation boot: a replay
-    # reads a configuration's first row, so the repeats only add the boots' spread.
+    # reads a configuration's first row, so the repeats only add the boots' spread. A boot with
+    # dummy weights (budget.fidelity.mode: two) measured no throughput: never a row.
     history = History(spec, tracker.trials(parent))
     repeats = history.repeat_boots if args.repeats else []
-    rows = export_rows(spec, [*history.done, *repeats])
+    real = [r for r in history.done if not is_dummy(r)]
+    rows = export_rows(spec, [*real, *repeats])
     path = Path(args.output)
     with _output(path):
         count = write_csv(path, export_columns(spec), rows)

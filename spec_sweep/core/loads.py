@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from spec_sweep.core.cost import grid_size
-from spec_sweep.core.history import History
+from spec_sweep.core.history import History, is_dummy
 from spec_sweep.core.names import COST_METRIC
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import FailureMode
@@ -159,7 +159,8 @@ def per_load_answer(history: History) -> LoadAnswer | None:
         return None
     metric, mode = _level_metric(spec)
     level = Objective(metric=metric, mode=mode)
-    measured = [r for r in history.done if r.failure_mode is FailureMode.NONE]
+    # a dummy-weight boot (`budget.fidelity.mode: two`) measured no level's throughput
+    measured = [r for r in history.done if r.failure_mode is FailureMode.NONE and not is_dummy(r)]
     winners: list[LevelWinner] = []
     for concurrency in sorted(spec.workload.concurrency):
         name = f"{metric}_c{concurrency}"

@@ -74,10 +74,12 @@ TAG_LOG_EXCERPT = "spec_sweep.log_excerpt"
 TAG_REUSED = "spec_sweep.reused_from"
 #: `true` on a run of `spec-sweep trial` (no parent run).
 TAG_MANUAL = "spec_sweep.manual"
-#: On a run of `spec-sweep trial`: the weights its server booted with, `real` (the model's) or
-#: `dummy` (`--dummy-weights`: random weights, nothing read). A dummy boot tells whether the
-#: configuration boots, its decode cycle and its time to first token; its acceptance, outputs
-#: and a speculative configuration's throughput mean nothing (docs/evidence/two-fidelity.md).
+#: On a run of `spec-sweep trial`, and on every trial of a sweep with `budget.fidelity.mode:
+#: two`: the weights its server booted with, `real` (the model's) or `dummy` (`--dummy-weights`,
+#: a two-fidelity sweep's search trials: random weights, nothing read). A dummy boot tells
+#: whether the configuration boots, its decode cycle and its time to first token; its
+#: acceptance, outputs and a speculative configuration's throughput mean nothing
+#: (docs/evidence/two-fidelity.md).
 TAG_FIDELITY = "spec_sweep.fidelity"
 #: The value of `TAG_FIDELITY` on a boot with the model's own weights.
 FIDELITY_REAL = "real"
@@ -87,8 +89,9 @@ FIDELITY_DUMMY = "dummy"
 #: `acceptance` (to measure its tree's accept length), `promoted` (after the search, among the
 #: top by predicted value). A sweep's dummy-weight trials carry `TAG_FIDELITY` `dummy`.
 TAG_FIDELITY_ROLE = "spec_sweep.fidelity_role"
-#: The values of `TAG_FIDELITY_ROLE`.
+#: The value of `TAG_FIDELITY_ROLE` on a real boot that measures its tree's accept length.
 ROLE_ACCEPTANCE = "acceptance"
+#: The value of `TAG_FIDELITY_ROLE` on a real boot of a top configuration by predicted value.
 ROLE_PROMOTED = "promoted"
 #: On a confirmation boot (or baseline re-measure): the trial id it repeats.
 TAG_CONFIRMS = "spec_sweep.confirms"

@@ -173,6 +173,9 @@ def test_a_two_fidelity_sweep_stopped_before_an_acceptance_boot_resumes_and_reco
     outcome = _sweep(project_dir, spec, uri)
     assert not outcome.interrupted
     assert outcome.report_error is None
+    assert outcome.report is not None
+    html = Path(outcome.report).read_text()
+    assert 'id="fidelity"' in html  # the report says which fidelity measured what
     _check_two_fidelities(outcome, uri, spec)
     runs = _runs(uri, outcome.parent_run_id)
     boots = sorted(

@@ -5,10 +5,10 @@ The messages are collected from the code, where they are raised: every `SpecErro
 with exit 2 before anything launches), the `fail(field, message)` checks of `spec_load`, the
 `ValueError`s of the spec's models and of the configuration and adaptive-config parsers that
 `spec_load` and `--set` turn into spec errors, and the messages `spec_load` builds from
-pydantic's errors or gets from `core.adaptive.spec_problems` and
-`core.versions.weight_cache_problem`. Each message is known by its longest fixed part (the text
-between its placeholders); the page must hold that text, so a new message without an entry
-fails here.
+pydantic's errors or gets from `core.adaptive.spec_problems`,
+`core.versions.weight_cache_problem` and `search.fidelity.fidelity_problems`. Each message is
+known by its longest fixed part (the text between its placeholders); the page must hold that
+text, so a new message without an entry fails here.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ MESSAGE_FUNCTIONS = {
     ("spec_sweep/spec_load.py", "_format_validation"),
     ("spec_sweep/core/adaptive.py", "spec_problems"),
     ("spec_sweep/core/versions.py", "weight_cache_problem"),
+    ("spec_sweep/search/fidelity.py", "fidelity_problems"),
 }
 #: Messages no user input reaches (`ParamSpec.values` of a continuous range is caught by its
 #: callers).

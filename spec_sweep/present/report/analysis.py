@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spec_sweep.core.config import Config, baseline_config, config_key
-from spec_sweep.core.history import History
+from spec_sweep.core.history import History, is_dummy
 from spec_sweep.core.ids import BASELINE_ID
 from spec_sweep.core.loads import attempt_seconds
 from spec_sweep.core.outcome import FailureMode
@@ -309,7 +309,9 @@ class Analysis:
         self.spec = history.spec
         self.records = history.search
         self.finished = history.done
-        self.measured = [r for r in self.finished if r.failure_mode is FailureMode.NONE]
+        self.measured = [
+            r for r in self.finished if r.failure_mode is FailureMode.NONE and not is_dummy(r)
+        ]
         # the configuration the sweep recommends, as the summary names it (`SweepView.pick`)
         self.best = self.view.picked
         self.recommended = self.view.pick is not None and self.view.pick.recommended

@@ -17,7 +17,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from spec_sweep.core.adaptive_rules import CONFIG_FILE
-from spec_sweep.core.history import History
+from spec_sweep.core.history import History, is_dummy
 from spec_sweep.core.verdict import Verdict, verdict, workload_warning
 from spec_sweep.present.report.analysis import (
     CSV_NAME,
@@ -135,7 +135,8 @@ def build_report(
         render_html(a, figures, notes, parent_run_id, confirmation=confirmation), encoding="utf-8"
     )
     csv_path = out_dir / CSV_NAME
-    write_csv(csv_path, export_columns(spec), export_rows(spec, history.done))
+    real = [r for r in history.done if not is_dummy(r)]  # a dummy boot is never a table row
+    write_csv(csv_path, export_columns(spec), export_rows(spec, real))
     adaptive = a.view.adaptive
     config_path = out_dir / CONFIG_FILE
     config_path.unlink(missing_ok=True)
