@@ -91,8 +91,8 @@ from spec_sweep.core.hours import node_hours  # noqa: E402
 from spec_sweep.core.names import AVAIL_METRIC, TAG_PREDICTED, WEIGHTS_METRIC  # noqa: E402
 from spec_sweep.core.outcome import FailureMode  # noqa: E402
 from spec_sweep.core.record import TrialRecord  # noqa: E402
+from spec_sweep.search.fidelity import Acceptance, Tree, tree_of  # noqa: E402
 from spec_sweep.search.searcher import SweepSearcher  # noqa: E402
-from spec_sweep.search.spec_model import SpecModel, TreeObservation  # noqa: E402
 from spec_sweep.spec_load import load_spec  # noqa: E402
 from spec_sweep.store.replay import load_replay  # noqa: E402
 
@@ -102,67 +102,10 @@ LINE_HOURS = 0.5  # <= 0.5x today's node-hours
 REAL_ROWS = ROOT / "benchmarks" / "real" / "table-0.5.17" / "rows.csv"
 REAL_SPEC = ROOT / "sweeps" / "real_table_smollm2.yaml"
 TAG_FIDELITY = "spec_sweep.fidelity"
-_ALGO = "speculative-algorithm"
-_STEPS = "speculative-num-steps"
-_TOPK = "speculative-eagle-topk"
-_DRAFT = "speculative-num-draft-tokens"
-_HEAD = "speculative-draft-model-path"
-
-Tree = tuple[Any, ...]
 
 
 # ---------------------------------------------------------------------------------------------
-# Trees and their acceptance
-
-
-def tree_of(config: Mapping[str, Any]) -> Tree | None:
-    """What a configuration's acceptance depends on: `(algorithm, draft model, steps, top-k,
-    draft tokens)` (`("NGRAM", draft tokens)`; None without speculative decoding). Top-k 1 runs
-    `steps + 1` draft tokens whatever was asked."""
-    algo = config.get(_ALGO)
-    if algo is None:
-        return None
-    if algo == "NGRAM":
-        return ("NGRAM", int(config.get(_DRAFT) or 0))
-    steps, topk = int(config[_STEPS]), int(config[_TOPK])
-    draft = steps + 1 if topk == 1 else int(config[_DRAFT])
-    return (str(algo), str(config.get(_HEAD) or ""), steps, topk, draft)
-
-
-class Acceptance:
-    """Accept length per tree: measured on real boots, predicted for the others."""
-
-    def __init__(self) -> None:
-        self.measured: dict[Tree, list[float]] = {}
-        self._models: dict[tuple[Any, ...], SpecModel] = {}
-
-    def add(self, tree: Tree, accept: float) -> None:
-        """One real boot's accept length of `tree`."""
-        self.measured.setdefault(tree, []).append(accept)
-        self._models.clear()
-
-    def known(self, tree: Tree) -> bool:
-        return tree in self.measured
-
-    def length(self, tree: Tree) -> float:
-        """The measured mean, else the EAGLE law (`search.spec_model`) fitted on the measured
-        trees of the same draft model (of any draft model while that one has none); the NGRAM
-        mean for NGRAM; 1.0 (no gain) where nothing of that algorithm was measured."""
-        if tree in self.measured:
-            return statistics.fmean(self.measured[tree])
-        if tree[0] == "NGRAM":
-            ngram = [statistics.fmean(v) for t, v in self.measured.items() if t[0] == "NGRAM"]
-            return statistics.fmean(ngram) if ngram else 1.0
-        eagle = {t: statistics.fmean(v) for t, v in self.measured.items() if t[0] != "NGRAM"}
-        same = {t: a for t, a in eagle.items() if t[:2] == tree[:2]}
-        group = tree[:2] if same else ("*",)
-        chosen = same or eagle
-        if not chosen:
-            return 1.0
-        if group not in self._models:
-            obs = [TreeObservation(t[2], t[3], t[4], 1.0, a) for t, a in chosen.items()]
-            self._models[group] = SpecModel(obs)
-        return self._models[group].length(tree[2], tree[3], tree[4])
+# Trees and their acceptance: `search.fidelity.tree_of` and `Acceptance` (the product's own)
 
 
 # ---------------------------------------------------------------------------------------------

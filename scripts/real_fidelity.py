@@ -63,6 +63,7 @@ from typing import Any
 
 from spec_sweep.node.metrics import decode_cycle
 from spec_sweep.node.ports import port_is_free
+from spec_sweep.search.fidelity import predicted_from_decode  # the sweep's own prediction
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / ".models" / "smollm2-135m"
@@ -100,14 +101,6 @@ def cycle_cost(throughput: float, concurrency: int, accept: float) -> float:
 def predicted_throughput(accept: float, cycle_s: float, concurrency: int) -> float:
     """Output tokens per second of `concurrency` requests emitting `accept` tokens a cycle."""
     return concurrency * accept / cycle_s
-
-
-def predicted_from_decode(
-    accept: float, cycle_s: float, ttft_s: float, concurrency: int, output_len: int
-) -> float:
-    """Output tokens per second of `concurrency` requests of `output_len` tokens: the first
-    after `ttft_s`, the rest `accept` a cycle of `cycle_s` (the inverse of `decode_cycle`)."""
-    return concurrency * output_len / (ttft_s + (output_len - 1) / accept * cycle_s)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -345,3 +345,15 @@ def test_a_dummy_record_is_never_measured_ranked_or_best(tmp_path: Path) -> None
     assert history.best is not None
     assert history.best.trial_id == "t0000"
     assert history.rank_metrics(dummy) == {}
+
+
+def test_a_replayed_two_fidelity_sweep_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from spec_sweep.node.backends import ReplayBackend
+    from spec_sweep.orchestrate.driver import sweep
+
+    spec = _spec(tmp_path)
+    state = tmp_path / "state"
+    backend = ReplayBackend(spec, table=None)  # type: ignore[arg-type]  # never read
+    with pytest.raises(SpecError, match=r"'two' with --replay: .* set budget.fidelity.mode: real"):
+        sweep(spec, backend=backend, state_dir=state, tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    assert not state.exists()
