@@ -2,11 +2,15 @@
 
 This module owns `run_and_record`, the function Ray Tune runs for every trial. In order: a
 trial the record already holds as finished (a driver crashed after it) is answered from the
-record; servers an earlier attempt left on this node are stopped; attempts lost with their
-worker are closed KILLED as `node_lost`; with `budget.reuse`, a measurement of the same
-configuration on the same node fingerprint is reused; otherwise the trial's MLflow child run is
-opened, the backend runs the trial (an `environment` outcome, a node that cannot start any
-server, is closed KILLED and stops the sweep instead of being recorded), and the outcome is
+record (with two fidelities, `budget.fidelity.mode: two`, only by a record of the same
+weights: a real boot of a configuration booted with dummy weights is a new measurement);
+servers an earlier attempt left on this node are stopped; attempts lost with their worker are
+closed KILLED as `node_lost`; with `budget.reuse`, a measurement of the same configuration on
+the same node fingerprint is reused; otherwise the trial's MLflow child run is opened (tagged
+with its weights in a two-fidelity sweep), the backend runs the trial (a dummy-weight trial
+through `node.fidelity.dummy_boot_spec`, keeping only `dummy_result`'s metrics, with no speed-up
+and no ranking metric; an `environment` outcome, a node that cannot start any server, is
+closed KILLED and stops the sweep instead of being recorded), and the outcome is
 **written to the trial folder (`result.json`) before anything is sent to the tracking store**.
 Recording then closes the child run FINISHED before the function returns to Tune
 (docs/design.md, "Resume"). If the store fails while recording (or the driver dies before the
