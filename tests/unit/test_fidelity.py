@@ -165,3 +165,25 @@ def test_speculative_reads_the_configuration_then_the_fixed_arguments(tmp_path: 
     assert speculative(spec, EAGLE)
     assert speculative(spec, {"speculative-algorithm": "EAGLE3"})
     assert not speculative(spec, {"speculative-algorithm": None})
+
+
+def test_dummy_boot_spec_and_dummy_result_are_the_one_way_a_sweep_and_trial_boot_dummy(
+    tmp_path: Path,
+) -> None:
+    from spec_sweep.core.outcome import FailureMode, TrialResult
+    from spec_sweep.node.fidelity import dummy_boot_spec, dummy_result
+
+    spec = make_spec(tmp_path, quality={"num_prompts": 4})
+    # no manifest built for the node here: the bundled one of the spec's version names the flags
+    dummy = dummy_boot_spec(spec, EAGLE, manifest_dir=tmp_path / "no-manifests")
+    argv = build_command(dummy, EAGLE).argv
+    assert argv[argv.index("--load-format") + 1] == "dummy"
+    assert argv[argv.index("--speculative-draft-load-format") + 1] == "dummy"
+    assert dummy.quality is None
+    measured = {"output_throughput": 300.0, "accept_length": 1.0, "decode_cycle_ms": 9.0}
+    result = TrialResult(
+        trial_id="t0001", config=EAGLE, failure_mode=FailureMode.NONE, reason="", metrics=measured
+    )
+    assert dummy_result(spec, EAGLE, result).metrics == {"decode_cycle_ms": 9.0}
+    plain = dummy_result(spec, PLAIN, result).metrics
+    assert plain == {"output_throughput": 300.0, "decode_cycle_ms": 9.0}
