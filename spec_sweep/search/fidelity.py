@@ -180,6 +180,15 @@ def fidelity_problems(spec: SweepSpec) -> list[tuple[str, str]]:
                         "search boot itself: remove it, or set mode: real",
                     )
                 )
+    if spec.workload.output_len < 2:
+        out.append(
+            (
+                "workload.output_len",
+                f"{spec.workload.output_len} with budget.fidelity.mode 'two': the prediction needs "
+                "a decode cycle, the time of the tokens after the first: set output_len to at "
+                "least 2, or mode: real",
+            )
+        )
     if spec.workload.multi_level and spec.adaptive.enabled:
         out.append(
             (

@@ -114,6 +114,11 @@ def test_two_fidelities_are_off_by_default_and_load_with_a_c1_throughput_objecti
             id="adaptive",
         ),
         pytest.param(
+            {"workload": {"output_len": 1}},
+            ["workload.output_len", "at least 2"],
+            id="one-token",
+        ),
+        pytest.param(
             {"objective": {"constraints": {"ttft_p99_ms": 500}}},
             ["objective.constraints", "ttft_p99_ms"],
             id="constraints",
