@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 from spec_sweep.core.adaptive_judge import AdaptiveAnswer, judge_adaptive
 from spec_sweep.core.config import Config
-from spec_sweep.core.history import History
+from spec_sweep.core.history import History, is_dummy
 from spec_sweep.core.hours import NodeHours, node_hours
 from spec_sweep.core.ids import BASELINE_ID
 from spec_sweep.core.loads import LoadAnswer, SweepCost, per_load_answer, sweep_cost
+from spec_sweep.core.names import ROLE_ACCEPTANCE, ROLE_PROMOTED, TAG_FIDELITY_ROLE
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.core.record import TrialRecord
 from spec_sweep.core.secrets import redact, secret_values
@@ -171,6 +172,36 @@ class SweepView:
         lines = [hours.sentence()]
         lines += [line for line in (hours.phase_sentence(), hours.knob_sentence()) if line]
         return lines
+
+    @property
+    def fidelity(self) -> dict[str, int] | None:
+        """With `budget.fidelity.mode: two`, how many search trials each fidelity measured:
+        `dummy` (of which `dummy_failed` failed) and `real` (of which `acceptance` measured a
+        tree's accept length and `promoted` were promoted by predicted value); else None."""
+        if not self.spec.budget.fidelity.two:
+            return None
+        done = self.history.done
+        dummies = [r for r in done if is_dummy(r)]
+        roles = Counter(r.tags.get(TAG_FIDELITY_ROLE) for r in done if not is_dummy(r))
+        return {
+            "dummy": len(dummies),
+            "dummy_failed": sum(1 for r in dummies if r.failure_mode is not FailureMode.NONE),
+            "real": sum(roles.values()),
+            "acceptance": roles.get(ROLE_ACCEPTANCE, 0),
+            "promoted": roles.get(ROLE_PROMOTED, 0),
+        }
+
+    def fidelity_lines(self) -> list[str]:
+        """The summary's line on the two fidelities (none with one fidelity)."""
+        counts = self.fidelity
+        if counts is None:
+            return []
+        return [
+            f"two fidelities: {counts['dummy']} search trial(s) with dummy weights "
+            f"({counts['dummy_failed']} failed), {counts['real']} with real weights "
+            f"({counts['acceptance']} for a tree's acceptance, {counts['promoted']} promoted by "
+            "predicted value); ranked, confirmed and recommended: real-weight boots only"
+        ]
 
     def quality_lines(self) -> list[str]:
         """The summary's line on the output-quality gate (none when the spec has no gate)."""

@@ -69,6 +69,7 @@ def print_summary(console: Console, outcome: SweepSummary) -> None:
     if view.failures:
         counts = ", ".join(f"{mode} {n}" for mode, n in sorted(view.failures.items()))
         parts.append(Text(f"failures: {counts}"))
+    parts += [Text(line) for line in view.fidelity_lines()]
     parts += [Text(line) for line in view.load_and_cost_lines()]
     parts += [Text(line) for line in view.quality_lines()]
     parts += [Text(line) for line in view.hours_lines()]

@@ -362,3 +362,30 @@ def test_a_replayed_two_fidelity_sweep_is_refused_before_anything_starts(tmp_pat
     with pytest.raises(SpecError, match=r"'two' with --replay: .* set budget.fidelity.mode: real"):
         sweep(spec, backend=backend, state_dir=state, tracking_uri=f"sqlite:///{tmp_path}/m.db")
     assert not state.exists()
+
+
+def test_the_summary_says_how_many_trials_each_fidelity_measured(tmp_path: Path) -> None:
+    from spec_sweep.present.sweep_view import SweepView
+
+    spec = _spec(tmp_path)
+    chain = normalize_config(spec, CHAIN)
+    failed = replace(_dummy("t0003", normalize_config(spec, TREE)), failure_mode=FailureMode.OOM)
+    records = [
+        _real("t0000", baseline_config(spec), None, **CYCLE),
+        _dummy("t0001", chain, **CYCLE),
+        _real("t0002", chain, ROLE_ACCEPTANCE, accept_length=3.0),
+        failed,
+        _real("t0004", chain, ROLE_PROMOTED, accept_length=3.0),
+    ]
+    view = SweepView.of(History(spec, records))
+    assert view.fidelity == {
+        "dummy": 2,
+        "dummy_failed": 1,
+        "real": 3,
+        "acceptance": 1,
+        "promoted": 1,
+    }
+    (line,) = view.fidelity_lines()
+    assert line.startswith("two fidelities: 2 search trial(s) with dummy weights (1 failed)")
+    assert "recommended: real-weight boots only" in line
+    assert SweepView.of(History(make_spec(tmp_path), records)).fidelity_lines() == []

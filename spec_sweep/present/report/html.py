@@ -19,7 +19,6 @@ from typing import Any
 import jinja2
 
 from spec_sweep.core.history import is_dummy
-from spec_sweep.core.names import ROLE_ACCEPTANCE, ROLE_PROMOTED, TAG_FIDELITY_ROLE
 from spec_sweep.core.outcome import FailureMode
 from spec_sweep.present.adaptive_view import adaptive_section
 from spec_sweep.present.names import config_summary
@@ -199,22 +198,7 @@ def _headline(a: Analysis, parent_run_id: str | None) -> dict[str, Any]:
             for k, b in spec.objective.constraints.items()
         ],
         "parent_run_id": parent_run_id,
-        "fidelity": _fidelity(a),
-    }
-
-
-def _fidelity(a: Analysis) -> dict[str, int] | None:
-    """With `budget.fidelity.mode: two`: how many search trials each fidelity measured."""
-    if not a.spec.budget.fidelity.two:
-        return None
-    roles = Counter(r.tags.get(TAG_FIDELITY_ROLE) for r in a.finished if not is_dummy(r))
-    dummies = [r for r in a.finished if is_dummy(r)]
-    return {
-        "dummy": len(dummies),
-        "dummy_failed": sum(1 for r in dummies if r.failure_mode is not FailureMode.NONE),
-        "real": sum(roles.values()),
-        "acceptance": roles.get(ROLE_ACCEPTANCE, 0),
-        "promoted": roles.get(ROLE_PROMOTED, 0),
+        "fidelity": a.view.fidelity,
     }
 
 
