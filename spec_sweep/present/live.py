@@ -2,7 +2,8 @@
 
 This module owns the live display: a table of trials (configuration summary, state, objective
 with its within-boot interval, speed-up, failure mode) with the best so far in its title (the
-best search trial that meets the constraints, by `core.objective.Objective`), instead of Ray's
+best search trial that meets the constraints, by `core.objective.Objective`; a trial booted with
+dummy weights, `budget.fidelity.mode: two`, is marked and never the best), instead of Ray's
 raw log stream, and one-line notes (resuming, confirming). Without a terminal it prints one
 line per finished trial instead. It is told about trials through plain calls and
 `core.outcome.TrialReport`s; it imports no Ray. The end-of-run summary is `terminal`.
@@ -21,7 +22,7 @@ from rich.table import Table
 
 from spec_sweep.core.config import Config
 from spec_sweep.core.ids import is_repeat
-from spec_sweep.core.names import FIDELITY_DUMMY, SPEEDUP_METRIC
+from spec_sweep.core.names import FIDELITY_DUMMY, SPEEDUP_METRIC, TAG_FIDELITY
 from spec_sweep.core.objective import Objective
 from spec_sweep.core.outcome import TrialReport
 from spec_sweep.core.record import TrialRecord
@@ -80,6 +81,11 @@ class SweepProgress:
                 f"sweep {spec.name}: {spec.budget.trials} trials, {spec.searcher.kind} search, "
                 f"objective {spec.objective.mode} {spec.objective.metric}"
             )
+        if spec.budget.fidelity.two:
+            self._print(
+                "two fidelities: search trials boot with dummy weights, a tree's acceptance and "
+                "the top configurations with real ones; the budget counts both"
+            )
         for record in finished:
             mode = record.failure_mode.value if record.failure_mode else "?"
             self._rows[record.trial_id] = _Row(
@@ -89,6 +95,7 @@ class SweepProgress:
                 ended=time.monotonic(),
                 mode=mode,
                 metrics=dict(record.metrics),
+                dummy=record.tags.get(TAG_FIDELITY) == FIDELITY_DUMMY,
             )
         self._refresh()
 
@@ -174,7 +181,7 @@ class SweepProgress:
         up = row.metrics.get(SPEEDUP_METRIC)
         up_text = f" x{up:.3f}" if up is not None else ""
         mode = row.mode or "?"
-        weights = " [dummy weights]" if row.dummy else ""
+        weights = " (dummy weights)" if row.dummy else ""
         line = f"{row.trial_id} {mode:<15} {shown}{up_text}  {config_summary(row.config)}"
         return line + weights
 
