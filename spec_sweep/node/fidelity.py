@@ -87,8 +87,9 @@ def dummy_weights_spec(
 
     Returns:
         A copy of `spec` whose `node.server_args` add `load-format: dummy` (and
-        `speculative-draft-load-format: dummy` when `config` runs a draft model), and whose
-        `quality` is off: random weights write no text worth judging.
+        `speculative-draft-load-format: dummy` when `config` runs a draft model), whose
+        `quality` is off (random weights write no text worth judging) and whose
+        `node.weight_cache` is off (it boots as no daemon's client: it reads no weights).
 
     Raises:
         SpecError: The spec already sets a load format (in `node.server_args` or the search
@@ -119,7 +120,8 @@ def dummy_weights_spec(
                 "--dummy-weights, or on an SGLang version that has the flag"
             )
         args[flag.name if flag is not None else name] = _DUMMY
-    node = spec.node.model_copy(update={"server_args": args})
+    # a boot that reads no weights has none to map from the weight-cache daemon
+    node = spec.node.model_copy(update={"server_args": args, "weight_cache": False})
     return spec.model_copy(update={"node": node, "quality": None})
 
 

@@ -187,3 +187,12 @@ def test_dummy_boot_spec_and_dummy_result_are_the_one_way_a_sweep_and_trial_boot
     assert dummy_result(spec, EAGLE, result).metrics == {"decode_cycle_ms": 9.0}
     plain = dummy_result(spec, PLAIN, result).metrics
     assert plain == {"output_throughput": 300.0, "decode_cycle_ms": 9.0}
+
+
+def test_a_dummy_boot_is_never_a_weight_cache_client(tmp_path: Path) -> None:
+    from spec_sweep.node.weight_cache import eligible
+
+    spec = make_spec(tmp_path, node={"sglang_version": "0.5.17", "weight_cache": True})
+    assert eligible(spec, PLAIN)
+    dummy = dummy_weights_spec(spec, PLAIN, manifest=load_manifest("0.5.17"))
+    assert not eligible(dummy, PLAIN)
