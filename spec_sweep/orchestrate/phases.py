@@ -232,7 +232,11 @@ class SweepRun:
         source: SweepSearcher | TwoFidelitySource = searcher
         if resumed is not None:
             source = TwoFidelitySource(
-                searcher, resumed.fidelity, queued=resumed.queued, tried=resumed.tried
+                searcher,
+                resumed.fidelity,
+                queued=resumed.queued,
+                tried=resumed.tried,
+                note=self._progress_note,
             )
         every = budget.remeasure_every
         while True:

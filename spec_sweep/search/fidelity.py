@@ -31,7 +31,7 @@ Pure: no Ray, no store; the record comes in as `core.history.History`.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -281,6 +281,19 @@ class Fidelity:
         if tree is not None and accept is not None and accept > 0:
             self.acceptance.add(tree, accept)
 
+    def explain(self, trial_id: str, config: Mapping[str, Any], value: float) -> str | None:
+        """One line on what a speculative dummy trial was told: its predicted objective and
+        where the accept length came from (None for a configuration without a draft tree)."""
+        tree = self.tree(config)
+        if tree is None:
+            return None
+        accept = self.acceptance.length(tree)
+        source = "measured" if self.acceptance.known(tree) else "fitted"
+        return (
+            f"{trial_id}: predicted {self.spec.objective.metric} {value:.4g} (dummy-weight "
+            f"decode cycle, accept length {accept:.2f} {source})"
+        )
+
     def told(self, config: Mapping[str, Any], report: TrialReport) -> TrialReport:
         """What the searcher is told of a dummy boot that came up: the predicted objective in
         place of the dummy's own (unchanged when nothing could be predicted)."""
@@ -308,6 +321,7 @@ class TwoFidelitySource:
         *,
         queued: Iterable[FidelityProposal] = (),
         tried: Iterable[Tree] = (),
+        note: Callable[[str], None] | None = None,
     ) -> None:
         """Wrap `searcher`.
 
@@ -316,9 +330,12 @@ class TwoFidelitySource:
             fidelity: The prediction, with the acceptance the record holds so far.
             queued: Acceptance boots to run first (a resumed sweep's, from `resume`).
             tried: Trees already booted with real weights for their acceptance.
+            note: Where a line goes for every speculative dummy trial's predicted objective
+                (the live display; its own record shows no value of its own).
         """
         self.searcher = searcher
         self.fidelity = fidelity
+        self._note = note
         self._queue: list[FidelityProposal] = list(queued)
         self._tried: set[Tree] = set(tried)
         for boot in self._queue:
@@ -376,7 +393,7 @@ class TwoFidelitySource:
             held = self._held.pop(boot.trial_id, None)
             if held is None:
                 return
-            told = self.fidelity.told(held.config, held.report)
+            told = self._told(held.config, held.report)
             if not error and report is not None and report.ended and not ok:
                 # a real boot that failed where the dummy came up: the configuration's failure
                 told = replace(report, trial_id=held.report.trial_id)
@@ -405,7 +422,17 @@ class TwoFidelitySource:
             self._queue.append(boot)
             self._held[boot.trial_id] = _Held(key, report, config)
             return
-        self.searcher.complete(key, self.fidelity.told(config, report))
+        self.searcher.complete(key, self._told(config, report))
+
+    def _told(self, config: Config, report: TrialReport) -> TrialReport:
+        """`Fidelity.told`, with its line to `note` for a speculative configuration."""
+        told = self.fidelity.told(config, report)
+        value = told.metrics.get(self.fidelity.spec.objective.metric)
+        if self._note is not None and told is not report and value is not None:
+            line = self.fidelity.explain(report.trial_id, config, value)
+            if line is not None:
+                self._note(line)
+        return told
 
 
 def real_records(history: History) -> list[TrialRecord]:

@@ -252,6 +252,34 @@ def test_the_source_holds_a_dummy_report_until_its_acceptance_boot_measured_the_
     assert source.queued == []
 
 
+def test_each_speculative_prediction_is_noted_with_where_its_acceptance_came_from(
+    tmp_path: Path,
+) -> None:
+    spec = _spec(tmp_path)
+    lines: list[str] = []
+    plain = _source(spec, CHAIN, TREE)
+    source = TwoFidelitySource(plain.searcher, Fidelity(spec), note=lines.append)
+    for key, trial_id, metrics in (
+        ("k0", "t0000", {"output_throughput": 90.0, **CYCLE}),
+        ("k1", "t0001", CYCLE),
+    ):
+        assert source.suggest(key) is not None
+        source.complete(key, _up(trial_id, **metrics))
+    assert lines == []  # the baseline is measured; the chain's dummy waits for its real boot
+    boot = source.suggest("k2")
+    assert boot is not None
+    source.complete("k2", _up(boot.trial_id, accept_length=3.0, output_throughput=150.0))
+    metric = spec.objective.metric
+    assert len(lines) == 1
+    assert lines[0].startswith(f"t0001: predicted {metric} ")
+    assert lines[0].endswith("accept length 3.00 measured)")
+    tree = source.suggest("k3")
+    assert tree is not None
+    source.complete("k3", _up(tree.trial_id, decode_cycle_ms=40.0, ttft_p50_ms=20.0))
+    assert lines[1].startswith(f"{tree.trial_id}: predicted {metric} ")
+    assert lines[1].endswith("fitted)")
+
+
 def test_a_dummy_failure_is_told_as_the_configurations_failure_at_once(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     source = _source(spec, CHAIN)
