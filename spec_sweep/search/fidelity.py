@@ -345,6 +345,11 @@ class TwoFidelitySource:
         self._boots: dict[str, FidelityProposal] = {}  # Tune key -> acceptance boot
         self._held: dict[str, _Held] = {}  # acceptance boot's trial id -> the dummy it serves
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its search algorithm into the experiment state; the live display's
+        # callback (and what it holds: the tracker, locks) is per run, not part of that state.
+        return {**self.__dict__, "_note": None}
+
     @property
     def exhausted(self) -> bool:
         """Nothing left to propose: the searcher is exhausted and no acceptance boot waits."""

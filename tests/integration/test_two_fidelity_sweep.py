@@ -57,12 +57,15 @@ def _spec(project_dir: Path, name: str, **budget: Any) -> Any:
     )
 
 
-def _sweep(project_dir: Path, spec: Any, uri: str) -> SweepOutcome:
+def _sweep(
+    project_dir: Path, spec: Any, uri: str, progress: SweepProgress | None = None
+) -> SweepOutcome:
     return sweep(
         spec,
         backend=SimBackend(spec, grace_s=2.0),
         state_dir=project_dir / ".spec_sweep",
         tracking_uri=uri,
+        progress=progress,
     )
 
 
@@ -170,8 +173,10 @@ def test_a_two_fidelity_sweep_stopped_before_an_acceptance_boot_resumes_and_reco
     assert runs["t0001"].data.tags[TAG_FAILURE] == "none"
     assert runs["t0001"].data.params.get("speculative-algorithm") == "EAGLE3"
 
-    outcome = _sweep(project_dir, spec, uri)
+    shown = io.StringIO()  # a live display: Tune pickles the source, never the display
+    outcome = _sweep(project_dir, spec, uri, SweepProgress(Console(file=shown, width=200)))
     assert not outcome.interrupted
+    assert "resuming two-resume: 2/4 trials done" in shown.getvalue()
     assert outcome.report_error is None
     assert outcome.report is not None
     html = Path(outcome.report).read_text()

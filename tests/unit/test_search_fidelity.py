@@ -7,6 +7,8 @@ back from its Optuna study.
 
 from __future__ import annotations
 
+import pickle
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -252,6 +254,16 @@ def test_the_source_holds_a_dummy_report_until_its_acceptance_boot_measured_the_
     assert source.queued == []
 
 
+class _Lock:
+    """A note callback that cannot be pickled, as the live display's is not."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+
+    def __call__(self, line: str) -> None:
+        pass
+
+
 def test_each_speculative_prediction_is_noted_with_where_its_acceptance_came_from(
     tmp_path: Path,
 ) -> None:
@@ -278,6 +290,11 @@ def test_each_speculative_prediction_is_noted_with_where_its_acceptance_came_fro
     source.complete("k3", _up(tree.trial_id, decode_cycle_ms=40.0, ttft_p50_ms=20.0))
     assert lines[1].startswith(f"{tree.trial_id}: predicted {metric} ")
     assert lines[1].endswith("fitted)")
+    # Tune pickles the source with its experiment state: the per-run callback stays behind
+    copy = pickle.loads(
+        pickle.dumps(TwoFidelitySource(plain.searcher, Fidelity(spec), note=_Lock()))
+    )
+    assert copy._note is None
 
 
 def test_a_dummy_failure_is_told_as_the_configurations_failure_at_once(tmp_path: Path) -> None:
