@@ -339,14 +339,16 @@ class Cell:
     hours: list[float] = field(default_factory=list)
     real_boots: list[int] = field(default_factory=list)
     dummy_boots: list[int] = field(default_factory=list)
+    dummy_hours: list[float] = field(default_factory=list)
 
-    def add(self, outcome: nh.Outcome, optimum: float) -> None:
+    def add(self, outcome: nh.Outcome, optimum: float, spec: Any) -> None:
         self.truths.append(outcome.truth)
         self.optima.append(optimum)
         self.hours.append(outcome.hours)
-        dummy = sum(1 for r in outcome.records if r.tags.get(TAG_FIDELITY) == "dummy")
-        self.dummy_boots.append(dummy)
-        self.real_boots.append(outcome.boots - dummy)
+        dummies = [r for r in outcome.records if r.tags.get(TAG_FIDELITY) == "dummy"]
+        self.dummy_boots.append(len(dummies))
+        self.real_boots.append(outcome.boots - len(dummies))
+        self.dummy_hours.append(node_hours(History(spec, dummies)).total if dummies else 0.0)
 
     def good(self) -> int:
         return sum(
@@ -380,7 +382,7 @@ def run_set(
                 outcome = run_two_fidelity(node, strategy, seed=seed, noise=noise)
             else:
                 outcome = nh.run_sweep(node, strategy, seed=seed, noise=noise)
-            cell.add(outcome, node.table.best)
+            cell.add(outcome, node.table.best, node.spec)
             share = (outcome.truth or 0.0) / node.table.best
             parts.append(f"{strategy.label} {outcome.hours:.1f} h {share:.3f}")
         log(f"{name} {node.name} seed {seed}: {', '.join(parts)} [{time.monotonic() - t0:.0f} s]")
@@ -394,15 +396,18 @@ def table_lines(name: str, cells: Sequence[Cell]) -> list[str]:
     lines = [
         f"\n{name} ({n} seeds)",
         "| strategy | >= 0.95 of the optimum | node-hours, total | node-hours, median | vs today "
-        "(total / median of per-seed ratios) | real boots (mean) | dummy boots (mean) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "(total / median of per-seed ratios) | real boots (mean) | dummy boots (mean) | "
+        "dummy boots alone vs today (total) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cell in cells:
         total, per = cell.ratio(today)
+        floor = f"{sum(cell.dummy_hours) / sum(today.hours):.2f}" if any(cell.dummy_hours) else "-"
         lines.append(
             f"| {cell.label} | {cell.good()}/{n} ({cell.good() / n:.0%}) | {sum(cell.hours):.1f} | "
             f"{statistics.median(cell.hours):.2f} | {total:.2f} / {per:.2f} | "
-            f"{statistics.fmean(cell.real_boots):.1f} | {statistics.fmean(cell.dummy_boots):.1f} |"
+            f"{statistics.fmean(cell.real_boots):.1f} | {statistics.fmean(cell.dummy_boots):.1f} | "
+            f"{floor} |"
         )
     return lines
 

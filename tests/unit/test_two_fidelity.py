@@ -392,6 +392,11 @@ def test_benchmark_prints_the_table_and_the_line(capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert "| two fidelities | " in text
     assert "| today's defaults | " in text
+    # the dummy boots' own share of today's hours: a number for two fidelities, "-" for today
+    two = next(line for line in text.splitlines() if line.startswith("| two fidelities |"))
+    today = next(line for line in text.splitlines() if line.startswith("| today's defaults |"))
+    assert 0.0 < float(two.rstrip(" |").rsplit("|", 1)[1]) < 1.0
+    assert today.rstrip(" |").rsplit("|", 1)[1].strip() == "-"
     assert "the line (>= 9 of 10 seeds" in text
     with pytest.raises(SystemExit) as exc:
         tf.main(["--promote", "-1"])
