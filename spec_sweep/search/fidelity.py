@@ -309,6 +309,7 @@ class _Held:
     key: str
     report: TrialReport
     config: Config
+    trial_id: str
 
 
 class TwoFidelitySource:
@@ -342,6 +343,7 @@ class TwoFidelitySource:
             if (tree := fidelity.tree(boot.config)) is not None:
                 self._tried.add(tree)
         self._configs: dict[str, tuple[Config, str]] = {}  # Tune key -> (config, fidelity)
+        self._ids: dict[str, str] = {}  # Tune key -> our trial id (Tune's own id is in results)
         self._boots: dict[str, FidelityProposal] = {}  # Tune key -> acceptance boot
         self._held: dict[str, _Held] = {}  # acceptance boot's trial id -> the dummy it serves
 
@@ -377,6 +379,7 @@ class TwoFidelitySource:
             return None
         fidelity = FIDELITY_REAL if proposal.trial_id == BASELINE_ID else FIDELITY_DUMMY
         self._configs[key] = (proposal.config, fidelity)
+        self._ids[key] = proposal.trial_id
         return FidelityProposal(
             trial_id=proposal.trial_id,
             attempt=proposal.attempt,
@@ -398,13 +401,15 @@ class TwoFidelitySource:
             held = self._held.pop(boot.trial_id, None)
             if held is None:
                 return
-            told = self._told(held.config, held.report)
             if not error and report is not None and report.ended and not ok:
                 # a real boot that failed where the dummy came up: the configuration's failure
                 told = replace(report, trial_id=held.report.trial_id)
+            else:
+                told = self._told(held.trial_id, held.config, held.report)
             self.searcher.complete(held.key, told)
             return
         config, fidelity = self._configs.pop(key, ({}, FIDELITY_REAL))
+        trial_id = self._ids.pop(key, key)
         if not ok or report is None:
             self.searcher.complete(key, report, error=error)
             return
@@ -425,16 +430,16 @@ class TwoFidelitySource:
                 role=ROLE_ACCEPTANCE,
             )
             self._queue.append(boot)
-            self._held[boot.trial_id] = _Held(key, report, config)
+            self._held[boot.trial_id] = _Held(key, report, config, trial_id)
             return
-        self.searcher.complete(key, self._told(config, report))
+        self.searcher.complete(key, self._told(trial_id, config, report))
 
-    def _told(self, config: Config, report: TrialReport) -> TrialReport:
+    def _told(self, trial_id: str, config: Config, report: TrialReport) -> TrialReport:
         """`Fidelity.told`, with its line to `note` for a speculative configuration."""
         told = self.fidelity.told(config, report)
         value = told.metrics.get(self.fidelity.spec.objective.metric)
         if self._note is not None and told is not report and value is not None:
-            line = self.fidelity.explain(report.trial_id, config, value)
+            line = self.fidelity.explain(trial_id, config, value)
             if line is not None:
                 self._note(line)
         return told
