@@ -509,11 +509,7 @@ def resume(spec: SweepSpec, history: History) -> Resumed:
         for r in real_records(history)
         if (tree := fidelity.tree(r.config)) is not None and r.trial_id != BASELINE_ID
     }
-    unfinished = {
-        config_key(r.config): r.trial_id
-        for r in history.search
-        if r.tags.get(TAG_FIDELITY_ROLE) == ROLE_ACCEPTANCE and r.trial_id not in history.finished
-    }
+    unfinished = _unfinished(history, ROLE_ACCEPTANCE)
     told: list[TrialRecord] = []
     queued: list[FidelityProposal] = []
     planned: set[Tree] = set(tried)
@@ -532,13 +528,8 @@ def resume(spec: SweepSpec, history: History) -> Resumed:
         tree = fidelity.tree(record.config)
         if fidelity.needs_acceptance(tree, value, planned) and tree is not None:
             planned.add(tree)
-            found = unfinished.get(config_key(record.config))
-            if found is None:
-                found, index = trial_name(index), index + 1
-            trial_id = found
-            attempt = history.next_attempt(trial_id)
-            cfg = dict(record.config)
-            queued.append(FidelityProposal(trial_id, attempt, dict(cfg), cfg, role=ROLE_ACCEPTANCE))
+            boot, index = _real_boot(history, record.config, ROLE_ACCEPTANCE, unfinished, index)
+            queued.append(boot)
         fidelity.best = max(fidelity.best, value)
         metric = spec.objective.metric
         told.append(replace(record, metrics={**record.metrics, metric: value}))
@@ -557,11 +548,7 @@ def promotions(spec: SweepSpec, history: History) -> list[FidelityProposal]:
     values = predicted_values(fidelity, history)
     by_id = {r.trial_id: r for r in history.done}
     booted = {config_key(r.config) for r in history.done if not is_dummy(r)}
-    unfinished = {
-        config_key(r.config): r.trial_id
-        for r in history.search
-        if r.tags.get(TAG_FIDELITY_ROLE) == ROLE_PROMOTED and r.trial_id not in history.finished
-    }
+    unfinished = _unfinished(history, ROLE_PROMOTED)
     top: dict[str, TrialRecord] = {}
     for trial_id in sorted(values, key=lambda t: (-values[t], t)):
         record = by_id[trial_id]
@@ -572,11 +559,29 @@ def promotions(spec: SweepSpec, history: History) -> list[FidelityProposal]:
     index = history.next_index
     out: list[FidelityProposal] = []
     for record in todo:
-        cfg = dict(record.config)
-        found = unfinished.get(config_key(cfg))  # a killed driver's boot runs again
-        if found is None:
-            found, index = trial_name(index), index + 1
-        trial_id = found
-        attempt = history.next_attempt(trial_id)
-        out.append(FidelityProposal(trial_id, attempt, dict(cfg), cfg, role=ROLE_PROMOTED))
+        boot, index = _real_boot(history, record.config, ROLE_PROMOTED, unfinished, index)
+        out.append(boot)
     return out
+
+
+def _unfinished(history: History, role: str) -> dict[str, str]:
+    """Configuration key -> trial id of each real boot of `role` a killed driver left
+    unfinished (it runs again under its id)."""
+    return {
+        config_key(r.config): r.trial_id
+        for r in history.search
+        if r.tags.get(TAG_FIDELITY_ROLE) == role and r.trial_id not in history.finished
+    }
+
+
+def _real_boot(
+    history: History, config: Config, role: str, unfinished: Mapping[str, str], index: int
+) -> tuple[FidelityProposal, int]:
+    """A real boot of `config` in `role`: under an unfinished boot's id when there is one, else
+    under the next new id; returns it and the next free index."""
+    trial_id = unfinished.get(config_key(config))
+    if trial_id is None:
+        trial_id, index = trial_name(index), index + 1
+    cfg = dict(config)
+    boot = FidelityProposal(trial_id, history.next_attempt(trial_id), dict(cfg), cfg, role=role)
+    return boot, index
